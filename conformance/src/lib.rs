@@ -1,0 +1,1 @@
+//! `quire-conformance`: suites any blob store must pass.
