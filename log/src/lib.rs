@@ -1,4 +1,70 @@
-//! `quire-log`: the world model, the world marker, the slot format and hash chain, applying a
-//! slot to a world state, tip probing, replay and the group committer.
+//! `quire-log`: the world model, the slot log and its hash chain, applying slots to a world
+//! state, tip probing and replay, and the group committer.
 //!
-//! Not built yet: this crate holds only its charter until the slot-log work lands.
+//! # What this crate owns
+//!
+//! A *world* is a tree of versioned markdown documents whose only durable state is objects
+//! under one key prefix of a [`BlobStore`](quire_blob::BlobStore). Its history is a log of
+//! *slots* at `log/<first sequence as 16 lowercase hex digits>`; each slot holds one batch of
+//! changes, is created with create-if-absent and is never rewritten. **The successful create
+//! of a slot is the commit.**
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`path`] | canonical document paths, ancestors, hidden names |
+//! | [`metadata`] | publisher metadata rules, normal form, the catalog record |
+//! | [`version`] | the stored version bytes (store frontmatter + verbatim body) |
+//! | [`model`] | document state, version records and where their bytes live |
+//! | [`state`] | the persistent world state and [`WorldState::apply`] |
+//! | [`slot`] | the slot object: canonical CBOR, strict decoding |
+//! | [`marker`] | the world marker and the genesis tip |
+//! | [`tip`] | probing the next slot name, listing fallback, replay |
+//! | [`commit`] | the group committer |
+//!
+//! # Formats, and where they differ from the reference implementation
+//!
+//! - Every log object is canonical CBOR (`ciborium`): fixed field order, shortest integers,
+//!   no floats; decoding refuses unknown fields, trailing bytes and any non-canonical spelling
+//!   as an integrity error. The reference uses canonical JSON.
+//! - Every hash is blake3 (the reference uses SHA-256). A version's **ETag is the blake3 hash
+//!   of its stored version bytes** (frontmatter included); its content hash is the blake3 of
+//!   the body, shown as `blake3-<hex>`.
+//! - Slot keys are `log/<16 hex>` without a `.json` suffix; version blobs are `blobs/<hex>`.
+//! - Version bytes up to an inline limit (default 8 KiB) travel inside the slot, so a small
+//!   write creates one object; larger ones are content-addressed blobs created first.
+//!
+//! # Invariants
+//!
+//! - Slot `first` names are contiguous: slot `n` covers `first..=last` and the next slot is
+//!   `last + 1`. Each slot names the blake3 hash of its predecessor's bytes (the
+//!   [genesis tip](marker::genesis_tip) for the first), so the log is a verifiable chain.
+//! - [`WorldState::apply`] accepts only transitions a correct writer could have committed and
+//!   is the single path by which any state advances: commit, refresh and replay alike.
+//! - The committer answers a write only after the slot holding it is confirmed; an ambiguous
+//!   create is decided by reading the slot back, never guessed.
+//! - Time and randomness come from injected sources ([`Clock`], a seed), so tests are
+//!   deterministic.
+
+pub mod build;
+mod cbor;
+pub mod clock;
+pub mod commit;
+mod error;
+pub mod ids;
+pub mod keys;
+pub mod marker;
+pub mod metadata;
+pub mod model;
+pub mod path;
+pub mod slot;
+pub mod state;
+pub mod tip;
+pub mod version;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{Error, ErrorKind, Op, Result};
+pub use ids::{Hash, OperationId, StoreId, Timestamp, WorldId};
+pub use model::{DocState, DocSummary, Location, VersionRecord};
+pub use path::DocPath;
+pub use slot::{EncodedSlot, Entry, EntryOp, EntryWrite, Slot};
+pub use state::WorldState;

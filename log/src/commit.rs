@@ -1,0 +1,1 @@
+//! The group committer (not built yet).

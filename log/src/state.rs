@@ -1,0 +1,418 @@
+//! The persistent world state and [`WorldState::apply`], the one function that advances it.
+//!
+//! A state is the world after some sequence: every document, the directory-children counters
+//! listings and topology checks read, and the body-hash index of live documents. It is built
+//! from persistent ordered maps, so a clone is O(1) and a snapshot pinned by a reader never
+//! sees later changes.
+//!
+//! `apply` accepts exactly the slots a correct writer could have committed on this state, and
+//! refuses everything else as an integrity error:
+//! - the slot belongs to this world, starts at `sequence + 1` and names `tip` as `prev`;
+//! - a write to a new path is version 1 (first retained 1), live, and the topology allows the
+//!   path: no document at any ancestor, no document beneath it;
+//! - a write to an existing path needs it live, advances `current` by exactly one, names the
+//!   current version's hash as `previous`, and moves the first retained version forward only;
+//! - an archive transition names the document's current version, body hash, modification time
+//!   and first retained version exactly, and flips the archived flag.
+//!
+//! Entries apply in order, so one slot may touch a path more than once.
+
+use std::sync::Arc;
+
+use imbl::{OrdMap, OrdSet};
+
+use crate::error::{Error, ErrorKind, Op, Result};
+use crate::ids::{Hash, WorldId};
+use crate::marker::{GENESIS_SEQUENCE, genesis_tip};
+use crate::model::{DocState, HistoryBlockRef, VersionRecord};
+use crate::path::{DocPath, is_hidden_name};
+use crate::slot::{EncodedSlot, Entry};
+
+/// Counters of one directory child (`dir`, `name`): the documents at or beneath it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChildCounts {
+    /// Documents at or beneath the child.
+    pub docs: u64,
+    /// Of those, documents with no hidden segment from the child down.
+    pub visible: u64,
+    /// Of the visible ones, those not archived.
+    pub live: u64,
+    /// Whether the child is a document (otherwise a directory).
+    pub is_doc: bool,
+}
+
+/// `(directory, child name)`.
+type ChildKey = (Arc<str>, Arc<str>);
+
+/// One entry of a directory listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub is_dir: bool,
+}
+
+/// The world after some sequence. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct WorldState {
+    world: WorldId,
+    sequence: u64,
+    tip: Hash,
+    docs: OrdMap<DocPath, Arc<DocState>>,
+    children: OrdMap<ChildKey, ChildCounts>,
+    hashes: OrdSet<(Hash, DocPath)>,
+}
+
+impl PartialEq for WorldState {
+    /// Equal when both hold the same world at the same sequence with the same documents (the
+    /// derived indexes follow from the documents).
+    fn eq(&self, other: &Self) -> bool {
+        self.world == other.world
+            && self.sequence == other.sequence
+            && self.tip == other.tip
+            && self.docs == other.docs
+            && self.children == other.children
+            && self.hashes == other.hashes
+    }
+}
+
+fn hidden_below(path: &DocPath, depth: usize) -> bool {
+    path.edges()
+        .skip(depth)
+        .any(|(_, name)| is_hidden_name(name))
+}
+
+impl WorldState {
+    /// An empty world at checkpoint zero.
+    pub fn genesis(world: WorldId) -> WorldState {
+        WorldState {
+            world,
+            sequence: GENESIS_SEQUENCE,
+            tip: genesis_tip(world),
+            docs: OrdMap::new(),
+            children: OrdMap::new(),
+            hashes: OrdSet::new(),
+        }
+    }
+
+    /// A state restored from a checkpoint: `docs` at `sequence`, the next slot naming `tip`.
+    /// Refuses a set of documents no log could have produced (a document beneath another).
+    pub fn restore(
+        world: WorldId,
+        sequence: u64,
+        tip: Hash,
+        docs: impl IntoIterator<Item = DocState>,
+    ) -> Result<WorldState> {
+        let mut state = WorldState {
+            sequence,
+            tip,
+            ..WorldState::genesis(world)
+        };
+        for doc in docs {
+            let key = doc.path.as_str().to_owned();
+            if state.docs.contains_key(&doc.path) {
+                return Err(Error::integrity(Op::Apply, key, "duplicate document"));
+            }
+            if let Err(why) = state.topology_allows(&doc.path) {
+                return Err(Error::integrity(Op::Apply, key, why));
+            }
+            state.insert_new(doc);
+        }
+        Ok(state)
+    }
+
+    pub fn world(&self) -> WorldId {
+        self.world
+    }
+
+    /// The last sequence applied.
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    /// The hash the next slot must name as `prev`.
+    pub fn tip(&self) -> Hash {
+        self.tip
+    }
+
+    pub fn doc(&self, path: &DocPath) -> Option<&Arc<DocState>> {
+        self.docs.get(path)
+    }
+
+    pub fn doc_count(&self) -> u64 {
+        self.docs.len() as u64
+    }
+
+    /// Every document in path order.
+    pub fn docs(&self) -> impl Iterator<Item = &Arc<DocState>> {
+        self.docs.values()
+    }
+
+    /// Whether `dir` (canonical, `/` for the root) is a directory: the root always is; any
+    /// other path is one while some document lies beneath it.
+    pub fn is_dir(&self, dir: &str) -> bool {
+        dir == "/" || self.first_child(dir).is_some()
+    }
+
+    fn first_child(&self, dir: &str) -> Option<(&ChildKey, &ChildCounts)> {
+        let from: (Arc<str>, Arc<str>) = (dir.into(), "".into());
+        self.children
+            .range(from..)
+            .next()
+            .filter(|((d, _), _)| &**d == dir)
+    }
+
+    /// The counters of `name` in `dir`.
+    pub fn child(&self, dir: &str, name: &str) -> Option<ChildCounts> {
+        self.children.get(&(dir.into(), name.into())).copied()
+    }
+
+    /// Immediate children of `dir` after `after` (exclusive; empty for the start), at most
+    /// `limit` (0 for no limit): hidden names never, children holding only archived documents
+    /// only with `include_archived`.
+    pub fn list(
+        &self,
+        dir: &str,
+        after: &str,
+        limit: usize,
+        include_archived: bool,
+    ) -> Vec<DirEntry> {
+        let from: (Arc<str>, Arc<str>) = (dir.into(), after.into());
+        let mut out = Vec::new();
+        for ((d, name), counts) in self.children.range(from..) {
+            if &**d != dir {
+                break;
+            }
+            if &**name == after || is_hidden_name(name) {
+                continue;
+            }
+            let shown = if include_archived {
+                counts.visible
+            } else {
+                counts.live
+            };
+            if shown == 0 {
+                continue;
+            }
+            out.push(DirEntry {
+                name: name.to_string(),
+                is_dir: !counts.is_doc,
+            });
+            if limit != 0 && out.len() == limit {
+                break;
+            }
+        }
+        out
+    }
+
+    /// The smallest live path whose current body hashes to `body_hash`.
+    pub fn lookup_hash(&self, body_hash: &Hash) -> Option<&DocPath> {
+        self.hashes
+            .range((*body_hash, DocPath::min_bound())..)
+            .next()
+            .filter(|(h, _)| h == body_hash)
+            .map(|(_, p)| p)
+    }
+
+    /// Why a new document may not be created at `path`, if it may not.
+    pub fn topology_allows(&self, path: &DocPath) -> Result<(), String> {
+        for ancestor in path.ancestors() {
+            if self.docs.contains_key(ancestor) {
+                return Err(format!("{ancestor} is a document"));
+            }
+        }
+        if self.first_child(path.as_str()).is_some() {
+            return Err(format!("{path} is a directory"));
+        }
+        Ok(())
+    }
+
+    /// Applies a slot, returning the next state; `self` is unchanged either way.
+    pub fn apply(&self, slot: &EncodedSlot) -> Result<WorldState> {
+        let key = format!("log/{:016x}", slot.slot.first);
+        let bad = |why: String| Error::integrity(Op::Apply, key.clone(), why);
+        if slot.slot.world != self.world {
+            return Err(bad(format!(
+                "slot of world {} applied to world {}",
+                slot.slot.world, self.world
+            )));
+        }
+        if slot.slot.first != self.sequence + 1 {
+            return Err(bad(format!(
+                "slot starts at {} but the state is at {}",
+                slot.slot.first, self.sequence
+            )));
+        }
+        if slot.slot.prev != self.tip {
+            return Err(bad("slot does not chain onto the tip".into()));
+        }
+        let mut next = self.clone();
+        for (i, entry) in slot.slot.entries.iter().enumerate() {
+            let record = entry.write.as_ref().map(|w| VersionRecord {
+                version: entry.current,
+                hash: w.hash,
+                body_hash: entry.body_hash,
+                modified: entry.modified,
+                size: w.size,
+                location: slot.location(i),
+            });
+            next.apply_entry(entry, record)
+                .map_err(|why| bad(format!("entry {i} ({}): {why}", entry.path)))?;
+        }
+        next.sequence = slot.slot.last();
+        next.tip = slot.hash;
+        Ok(next)
+    }
+
+    /// Applies one entry (its version record already located). Used by `apply` and by the
+    /// committer to chain members of a batch being built.
+    pub(crate) fn apply_entry(
+        &mut self,
+        entry: &Entry,
+        record: Option<VersionRecord>,
+    ) -> Result<(), String> {
+        let old = self.docs.get(&entry.path).cloned();
+        match (&entry.write, record, old) {
+            (Some(write), Some(record), None) => {
+                if entry.current != 1 || entry.first != 1 {
+                    return Err("a new document must start at version 1".into());
+                }
+                self.topology_allows(&entry.path)?;
+                self.insert_new(DocState {
+                    path: entry.path.clone(),
+                    current: 1,
+                    first: 1,
+                    archived: false,
+                    body_hash: entry.body_hash,
+                    modified: entry.modified,
+                    catalog: Arc::new(write.catalog.clone()),
+                    head: record.clone(),
+                    history: Arc::from(Vec::<HistoryBlockRef>::new()),
+                    recent: imbl::vector![record],
+                });
+                Ok(())
+            }
+            (Some(write), Some(record), Some(old)) => {
+                if old.archived {
+                    return Err("write to an archived document".into());
+                }
+                if entry.current != old.current + 1 {
+                    return Err(format!(
+                        "version {} does not follow {}",
+                        entry.current, old.current
+                    ));
+                }
+                if write.previous != Some(old.head.hash) {
+                    return Err("previous hash does not name the current version".into());
+                }
+                if entry.first < old.first {
+                    return Err("first retained version moved backwards".into());
+                }
+                let mut doc = (*old).clone();
+                doc.current = entry.current;
+                doc.first = entry.first;
+                doc.body_hash = entry.body_hash;
+                doc.modified = entry.modified;
+                doc.catalog = Arc::new(write.catalog.clone());
+                doc.head = record.clone();
+                doc.recent.push_back(record);
+                while doc.recent.front().is_some_and(|r| r.version < doc.first) {
+                    doc.recent.pop_front();
+                }
+                self.replace(&old, doc);
+                Ok(())
+            }
+            (None, _, Some(old)) => {
+                if entry.current != old.current
+                    || entry.first != old.first
+                    || entry.body_hash != old.body_hash
+                    || entry.modified != old.modified
+                {
+                    return Err("archive transition does not name the current version".into());
+                }
+                if entry.archived == old.archived {
+                    return Err("archive transition does not change the archived flag".into());
+                }
+                let mut doc = (*old).clone();
+                doc.archived = entry.archived;
+                self.replace(&old, doc);
+                Ok(())
+            }
+            (None, _, None) => Err("archive transition of a missing document".into()),
+            (Some(_), None, _) => Err("write without a version record".into()),
+        }
+    }
+
+    fn insert_new(&mut self, doc: DocState) {
+        self.count(&doc, 1);
+        if !doc.archived {
+            self.hashes.insert((doc.body_hash, doc.path.clone()));
+        }
+        self.docs.insert(doc.path.clone(), Arc::new(doc));
+    }
+
+    fn replace(&mut self, old: &DocState, doc: DocState) {
+        if old.archived != doc.archived {
+            self.count(old, -1);
+            self.count(&doc, 1);
+        }
+        if !old.archived {
+            self.hashes.remove(&(old.body_hash, old.path.clone()));
+        }
+        if !doc.archived {
+            self.hashes.insert((doc.body_hash, doc.path.clone()));
+        }
+        self.docs.insert(doc.path.clone(), Arc::new(doc));
+    }
+
+    /// Adds (`sign` 1) or removes (-1) a document's contribution to the directory counters.
+    fn count(&mut self, doc: &DocState, sign: i64) {
+        let edges: Vec<(usize, &str, &str)> = doc
+            .path
+            .edges()
+            .enumerate()
+            .map(|(depth, (dir, name))| (depth, dir, name))
+            .collect();
+        let last = edges.len() - 1;
+        for (depth, dir, name) in edges {
+            let key: (Arc<str>, Arc<str>) = (dir.into(), name.into());
+            let mut counts = self.children.get(&key).copied().unwrap_or_default();
+            let visible = !hidden_below(&doc.path, depth);
+            let step = |v: &mut u64, on: bool| {
+                if on {
+                    *v = v
+                        .checked_add_signed(sign)
+                        .expect("directory counter out of range");
+                }
+            };
+            step(&mut counts.docs, true);
+            step(&mut counts.visible, visible);
+            step(&mut counts.live, visible && !doc.archived);
+            counts.is_doc = depth == last;
+            if counts.docs == 0 {
+                self.children.remove(&key);
+            } else {
+                self.children.insert(key, counts);
+            }
+        }
+    }
+
+    /// Checks that the state's derived indexes match its documents (a self-test for replay
+    /// and checkpoint restore; O(documents)).
+    pub fn check_indexes(&self) -> Result<()> {
+        let rebuilt = WorldState::restore(
+            self.world,
+            self.sequence,
+            self.tip,
+            self.docs.values().map(|d| (**d).clone()),
+        )?;
+        if rebuilt.children != self.children || rebuilt.hashes != self.hashes {
+            return Err(Error::new(
+                Op::Apply,
+                "",
+                ErrorKind::Integrity,
+                "derived indexes disagree with the documents",
+            ));
+        }
+        Ok(())
+    }
+}
