@@ -1,1 +1,1370 @@
-//! The group committer (not built yet).
+//! The group committer: one per world per store, committing every queued write through
+//! create-if-absent slots.
+//!
+//! # How a write travels
+//!
+//! 1. [`Committer::submit`] queues the request with a fresh operation id. No timer: whenever
+//!    the pipeline has room, the committer takes what is queued, up to the batch limit. The
+//!    limit starts at [`CommitterConfig::batch_start`] and doubles up to
+//!    [`CommitterConfig::batch_max`] while batches fill and the queue stays deep; a short
+//!    batch resets it.
+//! 2. Members build in queue order, each on the tip plus the members before it. A member
+//!    whose precondition fails (conflict, archived, collision, quota, policy) or that changes
+//!    nothing gets its own answer; the others become the slot's entries. Version bytes up to
+//!    the inline limit ride in the slot; larger ones are staged as blobs.
+//! 3. Up to [`CommitterConfig::pipeline`] batches exist at once: the one whose slot is being
+//!    created and the ones built and staged behind it, each on the previous one's result.
+//!    Slot `k + 1` is created only after slot `k` is confirmed, and every member (answers
+//!    included) is answered only once its batch's base is confirmed.
+//! 4. The slot create is decided without guessing: an ambiguous or failed-with-retry create
+//!    is read back: absent → the identical create is retried; our bytes → won; other bytes
+//!    → lost.
+//! 5. Losing a race: the winning slot is applied, only the members whose path, ancestors,
+//!    descendants (or, for members with a precondition, the publish policy document) it
+//!    touched are rebuilt, the rest are kept as built, and the batch takes the next name.
+//!    Batches staged behind it are rebuilt from the queue. A blind publish whose base changed
+//!    in between is a conflict, so two blind writers never both silently succeed.
+//! 6. Several stores on one world: a store that applied another store's slot within
+//!    [`CommitterConfig::yield_window`] waits a random pause up to
+//!    [`CommitterConfig::yield_jitter`] after each win before its next create; a store alone
+//!    never waits.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use quire_blob::BlobStore;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::build::{self, BuildLimits, Built, Change, Mutation, PreparedWrite};
+use crate::clock::Clock;
+use crate::error::{Error, ErrorKind, Op, Result};
+use crate::ids::{Hash, OperationId, StoreId};
+use crate::keys;
+use crate::model::{DocSummary, Location, VersionRecord};
+use crate::path::DocPath;
+use crate::slot::{DEFAULT_INLINE_LIMIT, EncodedSlot, MAX_SLOT_ENTRIES, Slot};
+use crate::state::WorldState;
+use crate::tip;
+use crate::version::StoredVersion;
+
+/// A check a write must pass, run after the store's own checks (conflict, archive, no-op) on
+/// the state the write builds on, and again whenever the write is rebuilt. Its error is the
+/// write's answer, unchanged.
+#[async_trait]
+pub trait Precondition: Send + Sync + fmt::Debug {
+    async fn check(&self, state: &WorldState, write: &PreparedWrite) -> Result<()>;
+}
+
+/// Called with every sequence this store learned the log reached (its own slots and the
+/// slots it applied from peers), newest only when several arrive at once, in order.
+pub type CommittedHook = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// How a committer behaves. [`Default`] gives the production values.
+#[derive(Clone)]
+pub struct CommitterConfig {
+    /// The world's key prefix.
+    pub prefix: String,
+    /// This store's id, written into its slots.
+    pub store: StoreId,
+    /// The first batch limit, and the one a short batch resets to.
+    pub batch_start: usize,
+    /// The ceiling the limit doubles up to (at most [`MAX_SLOT_ENTRIES`]).
+    pub batch_max: usize,
+    /// Batches in the pipeline: the one being created plus those built and staged behind it.
+    pub pipeline: usize,
+    /// The largest stored version carried inside a slot.
+    pub inline_limit: usize,
+    /// The most inline bytes one slot carries; later versions become blobs.
+    pub slot_inline_budget: usize,
+    /// The most distinct documents (0: unlimited).
+    pub max_documents: u64,
+    /// The publish policy document: a slot touching it makes every member with a
+    /// precondition rebuild.
+    pub policy_path: Option<DocPath>,
+    /// How long after applying a peer's slot this store yields after its wins.
+    pub yield_window: Duration,
+    /// The longest pause a yielding store takes.
+    pub yield_jitter: Duration,
+    /// The longest a store that learned a peer lost a slot to it holds its next create,
+    /// giving the peer the next name (see [`Committer::follow`]).
+    pub handoff_wait: Duration,
+    /// Attempts for one create before giving up.
+    pub create_attempts: u32,
+    /// The first retry pause; it doubles per attempt up to `backoff_cap`.
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    /// Seeds the jitter.
+    pub seed: u64,
+    pub on_committed: Option<CommittedHook>,
+}
+
+impl Default for CommitterConfig {
+    fn default() -> Self {
+        CommitterConfig {
+            prefix: String::new(),
+            store: StoreId([0; 16]),
+            batch_start: 16,
+            batch_max: 64,
+            pipeline: 3,
+            inline_limit: DEFAULT_INLINE_LIMIT,
+            slot_inline_budget: 1 << 20,
+            max_documents: 0,
+            policy_path: None,
+            yield_window: Duration::from_secs(3),
+            yield_jitter: Duration::from_millis(30),
+            handoff_wait: Duration::from_millis(50),
+            create_attempts: 12,
+            backoff_base: Duration::from_millis(100),
+            backoff_cap: Duration::from_secs(5),
+            seed: 0,
+            on_committed: None,
+        }
+    }
+}
+
+impl fmt::Debug for CommitterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CommitterConfig")
+            .field("prefix", &self.prefix)
+            .field("store", &self.store)
+            .field("batch_start", &self.batch_start)
+            .field("batch_max", &self.batch_max)
+            .field("pipeline", &self.pipeline)
+            .field("inline_limit", &self.inline_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One write to commit.
+#[derive(Clone, Debug)]
+pub struct WriteRequest {
+    pub mutation: Mutation,
+    /// While still queued past this instant the request is dropped, never committed.
+    pub deadline: Option<Instant>,
+    pub precondition: Option<Arc<dyn Precondition>>,
+}
+
+impl WriteRequest {
+    pub fn new(mutation: Mutation) -> Self {
+        WriteRequest {
+            mutation,
+            deadline: None,
+            precondition: None,
+        }
+    }
+}
+
+/// A write's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The document after the write (or as it stands, when nothing changed).
+    pub doc: DocSummary,
+    /// Whether the write committed a change.
+    pub changed: bool,
+    /// The sequence of the change, when one was committed.
+    pub sequence: Option<u64>,
+    /// Versions removed by retention (`from..=to`).
+    pub prune: Option<(u64, u64)>,
+}
+
+/// Counters for tests and metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Members taken from the queue per batch formed, in order.
+    pub batch_sizes: Vec<usize>,
+    pub slots_won: u64,
+    pub slots_lost: u64,
+    /// Members rebuilt after a lost race.
+    pub members_rebuilt: u64,
+    /// Members kept as built after a lost race.
+    pub members_kept: u64,
+    /// Pauses taken after wins because a peer was active.
+    pub yields: u64,
+    /// Creates held back for a peer that lost a slot to this store.
+    pub handoffs: u64,
+}
+
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const ABANDONED: u8 = 2;
+
+struct Pending {
+    id: OperationId,
+    request: WriteRequest,
+    reply: oneshot::Sender<Result<Outcome>>,
+    ticket: Arc<AtomicU8>,
+    blind_seen: Option<Option<Hash>>,
+}
+
+enum Msg {
+    Submit(Pending),
+    Follow(u64),
+    Close(oneshot::Sender<()>),
+}
+
+struct Shared {
+    config: CommitterConfig,
+    store: Arc<dyn BlobStore>,
+    clock: Arc<dyn Clock>,
+    served: watch::Sender<WorldState>,
+    stats: Mutex<CommitStats>,
+    peer_seen: Mutex<Option<Instant>>,
+    rng: Mutex<SmallRng>,
+}
+
+impl Shared {
+    /// Installs `state` if it is ahead of the served one.
+    fn install(&self, state: &WorldState) {
+        self.served.send_if_modified(|current| {
+            if state.sequence() > current.sequence() {
+                *current = state.clone();
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    fn stats(&self) -> std::sync::MutexGuard<'_, CommitStats> {
+        self.stats.lock().expect("stats lock poisoned")
+    }
+
+    fn note_peer(&self) {
+        *self.peer_seen.lock().expect("peer lock poisoned") = Some(Instant::now());
+    }
+
+    fn peer_active(&self) -> bool {
+        self.peer_seen
+            .lock()
+            .expect("peer lock poisoned")
+            .is_some_and(|at| at.elapsed() <= self.config.yield_window)
+    }
+
+    fn next_seed(&self) -> u64 {
+        self.rng.lock().expect("rng lock poisoned").random()
+    }
+}
+
+/// The handle to a world's committer. Clones share it; the committer stops when
+/// [`Committer::close`] is called or every handle is dropped.
+#[derive(Clone)]
+pub struct Committer {
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Msg>,
+    next_id: Arc<Mutex<SmallRng>>,
+}
+
+impl fmt::Debug for Committer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Committer")
+            .field("store", &self.shared.config.store)
+            .field("sequence", &self.shared.served.borrow().sequence())
+            .finish()
+    }
+}
+
+impl Committer {
+    /// Starts a committer on `state` (which must be a true prefix of the log) on the current
+    /// tokio runtime.
+    pub fn start(
+        store: Arc<dyn BlobStore>,
+        state: WorldState,
+        clock: Arc<dyn Clock>,
+        mut config: CommitterConfig,
+    ) -> Committer {
+        config.batch_max = config.batch_max.clamp(1, MAX_SLOT_ENTRIES);
+        config.batch_start = config.batch_start.clamp(1, config.batch_max);
+        config.pipeline = config.pipeline.max(1);
+        let (served, _) = watch::channel(state);
+        let shared = Arc::new(Shared {
+            rng: Mutex::new(SmallRng::seed_from_u64(config.seed)),
+            config,
+            store,
+            clock,
+            served,
+            stats: Mutex::default(),
+            peer_seen: Mutex::default(),
+        });
+        if let Some(hook) = shared.config.on_committed.clone() {
+            let mut changes = shared.served.subscribe();
+            tokio::spawn(async move {
+                while changes.changed().await.is_ok() {
+                    let sequence = changes.borrow_and_update().sequence();
+                    hook(sequence);
+                }
+            });
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let limit = shared.config.batch_start;
+        let actor = Actor {
+            shared: shared.clone(),
+            rx,
+            rx_open: true,
+            queue: VecDeque::new(),
+            batches: VecDeque::new(),
+            creating: None,
+            staging: JoinSet::new(),
+            staged: HashSet::new(),
+            staging_now: HashSet::new(),
+            stage_failed: HashMap::new(),
+            limit,
+            yield_until: None,
+            handoff_until: None,
+            own_slots: VecDeque::new(),
+            lost_streak: 0,
+            cache: VersionCache::default(),
+            closing: None,
+        };
+        tokio::spawn(actor.run());
+        let seed = shared.next_seed();
+        Committer {
+            shared,
+            tx,
+            next_id: Arc::new(Mutex::new(SmallRng::seed_from_u64(seed))),
+        }
+    }
+
+    /// Commits one write and answers once its slot is confirmed (or with its own error).
+    pub async fn submit(&self, request: WriteRequest) -> Result<Outcome> {
+        let op = request.mutation.op();
+        let key = request.mutation.raw_path().to_owned();
+        let deadline = request.deadline;
+        let ticket = Arc::new(AtomicU8::new(QUEUED));
+        let (reply, answer) = oneshot::channel();
+        let id = OperationId::random(&mut *self.next_id.lock().expect("id lock poisoned"));
+        let pending = Pending {
+            id,
+            request,
+            reply,
+            ticket: ticket.clone(),
+            blind_seen: None,
+        };
+        if self.tx.send(Msg::Submit(pending)).is_err() {
+            return Err(Error::new(
+                op,
+                key,
+                ErrorKind::Closed,
+                "the committer is closed",
+            ));
+        }
+        // Dropping this future abandons a request still queued, so it never commits.
+        let guard = AbandonOnDrop(ticket.clone());
+        let result = match deadline {
+            None => answer.await,
+            Some(deadline) => tokio::select! {
+                biased;
+                answer = answer => answer,
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(if abandon(&ticket) {
+                        Error::new(op, key, ErrorKind::Canceled, "deadline passed while queued")
+                    } else {
+                        Error::new(op, key, ErrorKind::OutcomeUnknown, "deadline passed while the write was being committed")
+                    });
+                }
+            },
+        };
+        drop(guard);
+        result.unwrap_or_else(|_| {
+            Err(Error::new(
+                op,
+                key,
+                ErrorKind::Closed,
+                "the committer stopped",
+            ))
+        })
+    }
+
+    /// The newest state this store knows is committed.
+    pub fn state(&self) -> WorldState {
+        self.shared.served.borrow().clone()
+    }
+
+    /// Follows every installed state.
+    pub fn subscribe(&self) -> watch::Receiver<WorldState> {
+        self.shared.served.subscribe()
+    }
+
+    /// Installs a state read elsewhere (a refresh or a checkpoint) if it is ahead.
+    pub fn install(&self, state: &WorldState) {
+        self.shared.install(state);
+    }
+
+    /// A peer says the log reached `sequence` (a peer hint; never blocks). A sequence inside
+    /// one of this store's own recent slots means a peer lost that slot to it: the store
+    /// holds its next create for up to [`CommitterConfig::handoff_wait`] so the peer gets the
+    /// next name, and both take turns. A sequence beyond what this store serves ends such a
+    /// hold (the peer's slot exists) and marks the peer active.
+    pub fn follow(&self, sequence: u64) {
+        let _ = self.tx.send(Msg::Follow(sequence));
+    }
+
+    /// Brings the served state to the log's tip (probe, then replay) and returns it.
+    pub async fn refresh(&self) -> Result<WorldState> {
+        let mut state = self.state();
+        let result = tip::catch_up(
+            self.shared.store.as_ref(),
+            &self.shared.config.prefix,
+            &mut state,
+        )
+        .await;
+        self.shared.install(&state);
+        result.map(|_| self.state())
+    }
+
+    pub fn stats(&self) -> CommitStats {
+        self.shared.stats().clone()
+    }
+
+    /// Refuses queued and later writes with [`ErrorKind::Closed`], lets a slot being
+    /// created finish, and waits for the committer to stop.
+    pub async fn close(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Msg::Close(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+struct AbandonOnDrop(Arc<AtomicU8>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        abandon(&self.0);
+    }
+}
+
+/// Marks a queued request abandoned; false when the committer already took it.
+fn abandon(ticket: &AtomicU8) -> bool {
+    match ticket.compare_exchange(QUEUED, ABANDONED, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(_) => true,
+        Err(state) => state == ABANDONED,
+    }
+}
+
+/// Recently built or read version bytes by hash, so appends and rebuilds need no read.
+#[derive(Default)]
+struct VersionCache {
+    bytes: HashMap<Hash, Bytes>,
+    order: VecDeque<Hash>,
+}
+
+impl VersionCache {
+    const CAPACITY: usize = 4096;
+
+    fn get(&self, hash: &Hash) -> Option<Bytes> {
+        self.bytes.get(hash).cloned()
+    }
+
+    fn insert(&mut self, hash: Hash, bytes: Bytes) {
+        if self.bytes.insert(hash, bytes).is_none() {
+            self.order.push_back(hash);
+            if self.order.len() > Self::CAPACITY
+                && let Some(old) = self.order.pop_front()
+            {
+                self.bytes.remove(&old);
+            }
+        }
+    }
+}
+
+/// What one member of a batch came to.
+enum Result1 {
+    /// An entry of the batch's slot.
+    Write {
+        change: Box<Change>,
+        summary: DocSummary,
+    },
+    /// Answered without a change of its own (failure or no-op).
+    Answer(Result<Outcome>),
+}
+
+struct Member {
+    pending: Pending,
+    path: Option<DocPath>,
+    /// `None` until built.
+    result: Option<Result1>,
+}
+
+struct Batch {
+    base: WorldState,
+    members: Vec<Member>,
+    /// `None` when no member writes.
+    slot: Option<EncodedSlot>,
+    result: WorldState,
+    blobs: Vec<(Hash, Bytes)>,
+}
+
+enum Event {
+    Message(Option<Msg>),
+    Created(CreateOutcome),
+    Staged(std::result::Result<(Hash, Result<()>), tokio::task::JoinError>),
+    Timer,
+}
+
+enum CreateOutcome {
+    Won,
+    Lost(Box<EncodedSlot>),
+    Failed(Error),
+}
+
+struct Actor {
+    shared: Arc<Shared>,
+    rx: mpsc::UnboundedReceiver<Msg>,
+    rx_open: bool,
+    queue: VecDeque<Pending>,
+    batches: VecDeque<Batch>,
+    creating: Option<JoinHandle<CreateOutcome>>,
+    staging: JoinSet<(Hash, Result<()>)>,
+    staged: HashSet<Hash>,
+    staging_now: HashSet<Hash>,
+    stage_failed: HashMap<Hash, Error>,
+    limit: usize,
+    yield_until: Option<Instant>,
+    handoff_until: Option<Instant>,
+    /// `(first, last)` of this store's recent slots, oldest first.
+    own_slots: VecDeque<(u64, u64)>,
+    /// Races lost since the last win.
+    lost_streak: u32,
+    cache: VersionCache,
+    closing: Option<Vec<oneshot::Sender<()>>>,
+}
+
+fn closed_error(pending: &Pending) -> Error {
+    Error::new(
+        pending.request.mutation.op(),
+        pending.request.mutation.raw_path(),
+        ErrorKind::Closed,
+        "the committer is closed",
+    )
+}
+
+impl Actor {
+    async fn run(mut self) {
+        loop {
+            while let Ok(msg) = self.rx.try_recv() {
+                self.receive(msg);
+            }
+            if self.closing.is_some() {
+                for pending in std::mem::take(&mut self.queue) {
+                    let err = closed_error(&pending);
+                    let _ = pending.reply.send(Err(err));
+                }
+            }
+            self.expire_queue();
+            if self.closing.is_none() {
+                self.fill_pipeline().await;
+            }
+            self.advance_front();
+            if self.closing.is_some() && self.creating.is_none() {
+                for batch in std::mem::take(&mut self.batches) {
+                    for member in batch.members {
+                        let err = closed_error(&member.pending);
+                        let _ = member.pending.reply.send(Err(err));
+                    }
+                }
+                for done in self.closing.take().unwrap_or_default() {
+                    let _ = done.send(());
+                }
+                return;
+            }
+            self.wait().await;
+        }
+    }
+
+    fn receive(&mut self, msg: Msg) {
+        match msg {
+            Msg::Submit(pending) => {
+                if self.closing.is_some() {
+                    let err = closed_error(&pending);
+                    let _ = pending.reply.send(Err(err));
+                } else {
+                    self.queue.push_back(pending);
+                }
+            }
+            Msg::Close(done) => self.closing.get_or_insert_with(Vec::new).push(done),
+            Msg::Follow(sequence) => {
+                let ours = self
+                    .own_slots
+                    .iter()
+                    .any(|(first, last)| (*first..=*last).contains(&sequence));
+                if ours {
+                    self.shared.note_peer();
+                    self.handoff_until = Some(Instant::now() + self.shared.config.handoff_wait);
+                    self.shared.stats().handoffs += 1;
+                } else if sequence > self.shared.served.borrow().sequence() {
+                    self.shared.note_peer();
+                    self.handoff_until = None;
+                }
+            }
+        }
+    }
+
+    /// Waits for the next thing that can move the committer forward.
+    async fn wait(&mut self) {
+        let next_deadline = self
+            .queue
+            .iter()
+            .filter(|p| p.ticket.load(Ordering::SeqCst) == QUEUED)
+            .filter_map(|p| p.request.deadline)
+            .min();
+        let yield_until = self
+            .yield_until
+            .into_iter()
+            .chain(self.handoff_until)
+            .max()
+            .filter(|_| self.creating.is_none() && !self.batches.is_empty());
+        let mut creating = self.creating.take();
+        let event = tokio::select! {
+            msg = self.rx.recv(), if self.rx_open => Event::Message(msg),
+            outcome = async { creating.as_mut().expect("guarded").await }, if creating.is_some() => {
+                Event::Created(outcome.unwrap_or_else(|e| CreateOutcome::Failed(Error::new(
+                    Op::Commit, "", ErrorKind::Storage, format!("slot create task failed: {e}"),
+                ))))
+            }
+            Some(done) = self.staging.join_next(), if !self.staging.is_empty() => Event::Staged(done),
+            () = sleep_until_opt(yield_until), if yield_until.is_some() => Event::Timer,
+            () = sleep_until_opt(next_deadline), if next_deadline.is_some() => Event::Timer,
+        };
+        if !matches!(event, Event::Created(_)) {
+            self.creating = creating;
+        }
+        match event {
+            Event::Message(Some(msg)) => self.receive(msg),
+            Event::Message(None) => {
+                self.rx_open = false;
+                self.closing.get_or_insert_with(Vec::new);
+            }
+            Event::Created(outcome) => self.on_created(outcome).await,
+            Event::Staged(Ok((hash, result))) => {
+                self.staging_now.remove(&hash);
+                match result {
+                    Ok(()) => {
+                        self.staged.insert(hash);
+                    }
+                    Err(e) => {
+                        self.stage_failed.insert(hash, e);
+                    }
+                }
+            }
+            Event::Staged(Err(e)) => tracing::error!("blob staging task failed: {e}"),
+            Event::Timer => {}
+        }
+    }
+
+    /// Answers queued requests that were abandoned or whose deadline passed.
+    fn expire_queue(&mut self) {
+        let now = Instant::now();
+        self.queue
+            .retain(|p| p.ticket.load(Ordering::SeqCst) != ABANDONED);
+        let mut kept = VecDeque::with_capacity(self.queue.len());
+        for pending in std::mem::take(&mut self.queue) {
+            if pending.request.deadline.is_some_and(|d| d <= now) && abandon(&pending.ticket) {
+                let err = Error::new(
+                    pending.request.mutation.op(),
+                    pending.request.mutation.raw_path(),
+                    ErrorKind::Canceled,
+                    "deadline passed while queued",
+                );
+                let _ = pending.reply.send(Err(err));
+            } else {
+                kept.push_back(pending);
+            }
+        }
+        self.queue = kept;
+    }
+
+    /// Forms batches while the pipeline has room and requests wait.
+    async fn fill_pipeline(&mut self) {
+        while self.batches.len() < self.shared.config.pipeline && !self.queue.is_empty() {
+            let mut taken = Vec::new();
+            while taken.len() < self.limit {
+                let Some(pending) = self.queue.pop_front() else {
+                    break;
+                };
+                let was = pending.ticket.compare_exchange(
+                    QUEUED,
+                    TAKEN,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+                // A re-queued member was taken before; an abandoned one is dropped.
+                if was.is_ok() || was == Err(TAKEN) {
+                    taken.push(pending);
+                }
+            }
+            if taken.is_empty() {
+                continue;
+            }
+            let filled = taken.len() == self.limit;
+            self.shared.stats().batch_sizes.push(taken.len());
+            if filled && !self.queue.is_empty() {
+                self.limit = (self.limit * 2).min(self.shared.config.batch_max);
+            } else if !filled {
+                self.limit = self.shared.config.batch_start;
+            }
+            let base = match self.batches.back() {
+                Some(previous) => previous.result.clone(),
+                None => self.shared.served.borrow().clone(),
+            };
+            let members = taken
+                .into_iter()
+                .map(|pending| Member {
+                    path: pending.request.mutation.path().ok(),
+                    pending,
+                    result: None,
+                })
+                .collect();
+            let batch = self.build_batch(base, members, None).await;
+            self.stage(&batch);
+            self.batches.push_back(batch);
+        }
+    }
+
+    /// Builds (or rebuilds) `members` on `base`. With `touched`, a member whose dependencies
+    /// the given paths do not reach keeps its earlier result; the others are rebuilt.
+    async fn build_batch(
+        &mut self,
+        base: WorldState,
+        mut members: Vec<Member>,
+        mut touched: Option<Touched>,
+    ) -> Batch {
+        let mut working = base.clone();
+        let mut inline_used = 0usize;
+        let mut kept = 0u64;
+        let mut rebuilt = 0u64;
+        for member in &mut members {
+            let keep = match &touched {
+                None => false,
+                Some(t) => member.result.is_some() && !t.reaches(member),
+            };
+            if keep {
+                if let Some(Result1::Write { change, .. }) = &mut member.result {
+                    // Kept writes keep their inline decision (a blob is already staged).
+                    let inline = change.entry.write.as_ref().and_then(|w| w.inline.as_ref());
+                    inline_used += inline.map_or(0, Bytes::len);
+                    if let Err(why) =
+                        working.apply_entry(&change.entry, Some(provisional_record(change)))
+                    {
+                        // Cannot happen when the dependency rule holds; rebuild to be safe.
+                        tracing::warn!("kept member no longer applies ({why}); rebuilding");
+                    } else {
+                        kept += 1;
+                        if let Some(doc) = working.doc(&change.entry.path) {
+                            let summary = doc.summary();
+                            if let Some(Result1::Write { summary: s, .. }) = &mut member.result {
+                                *s = summary;
+                            }
+                        }
+                        continue;
+                    }
+                } else {
+                    kept += 1;
+                    continue;
+                }
+            }
+            if touched.is_some() {
+                rebuilt += 1;
+            }
+            member.result = Some(
+                self.build_member(&mut working, &mut member.pending, &mut inline_used)
+                    .await,
+            );
+            if let (Some(t), Some(path)) = (touched.as_mut(), &member.path) {
+                t.paths.push(path.clone());
+            }
+        }
+        if touched.is_some() {
+            let mut stats = self.shared.stats();
+            stats.members_kept += kept;
+            stats.members_rebuilt += rebuilt;
+        }
+        self.seal(base, members)
+    }
+
+    async fn build_member(
+        &mut self,
+        working: &mut WorldState,
+        pending: &mut Pending,
+        inline_used: &mut usize,
+    ) -> Result1 {
+        let mutation = &pending.request.mutation;
+        let base = match mutation {
+            Mutation::Append { .. } => match self.append_base(working, mutation).await {
+                Ok(base) => base,
+                Err(e) => return Result1::Answer(Err(e)),
+            },
+            _ => None,
+        };
+        let config = &self.shared.config;
+        let limits = BuildLimits {
+            max_documents: config.max_documents,
+        };
+        let built = build::build(
+            working,
+            mutation,
+            pending.id,
+            self.shared.clock.now(),
+            limits,
+            &mut pending.blind_seen,
+            base.as_ref(),
+        );
+        let mut change = match built {
+            Err(e) => return Result1::Answer(Err(e)),
+            Ok(Built::Unchanged(doc)) => {
+                return Result1::Answer(Ok(Outcome {
+                    doc,
+                    changed: false,
+                    sequence: None,
+                    prune: None,
+                }));
+            }
+            Ok(Built::Change(change)) => change,
+        };
+        if let Some(precondition) = &pending.request.precondition
+            && let Err(e) = precondition.check(working, &change.prepared).await
+        {
+            return Result1::Answer(Err(e));
+        }
+        if let (Some(write), Some(bytes)) = (change.entry.write.as_mut(), &change.version_bytes) {
+            self.cache.insert(write.hash, bytes.clone());
+            if bytes.len() <= config.inline_limit
+                && *inline_used + bytes.len() <= config.slot_inline_budget
+            {
+                *inline_used += bytes.len();
+                write.inline = Some(bytes.clone());
+            }
+        }
+        if let Err(why) = working.apply_entry(&change.entry, Some(provisional_record(&change))) {
+            return Result1::Answer(Err(Error::integrity(
+                mutation.op(),
+                mutation.raw_path(),
+                format!("a built write does not apply: {why}"),
+            )));
+        }
+        let summary = working
+            .doc(&change.entry.path)
+            .map(|d| d.summary())
+            .expect("a document just written exists");
+        Result1::Write { change, summary }
+    }
+
+    /// The current version of an append's document, from the cache or the store.
+    async fn append_base(
+        &mut self,
+        state: &WorldState,
+        mutation: &Mutation,
+    ) -> Result<Option<StoredVersion>> {
+        let Ok(path) = mutation.path() else {
+            return Ok(None);
+        };
+        let Some(doc) = state.doc(&path) else {
+            return Ok(None);
+        };
+        let record = doc.head.clone();
+        let bytes = match self.cache.get(&record.hash) {
+            Some(bytes) => bytes,
+            None => {
+                let bytes = read_version(
+                    self.shared.store.as_ref(),
+                    &self.shared.config.prefix,
+                    &record,
+                )
+                .await
+                .map_err(|e| Error::new(mutation.op(), path.as_str(), e.kind(), e.to_string()))?;
+                self.cache.insert(record.hash, bytes.clone());
+                bytes
+            }
+        };
+        StoredVersion::decode(&bytes)
+            .map(Some)
+            .map_err(|why| Error::integrity(Op::Read, path.as_str(), why))
+    }
+
+    /// Encodes the batch's slot on `base` and computes its result.
+    fn seal(&mut self, base: WorldState, mut members: Vec<Member>) -> Batch {
+        let entries: Vec<_> = members
+            .iter()
+            .filter_map(|m| match &m.result {
+                Some(Result1::Write { change, .. }) => Some(change.entry.clone()),
+                _ => None,
+            })
+            .collect();
+        if entries.is_empty() {
+            return Batch {
+                result: base.clone(),
+                base,
+                members,
+                slot: None,
+                blobs: Vec::new(),
+            };
+        }
+        let first = base.sequence() + 1;
+        let slot = Slot {
+            world: base.world(),
+            first,
+            store: self.shared.config.store,
+            prev: base.tip(),
+            entries,
+        };
+        let key = keys::slot_key(&self.shared.config.prefix, first);
+        let sealed = EncodedSlot::encode(slot, &key).and_then(|encoded| {
+            let result = base.apply(&encoded)?;
+            Ok((encoded, result))
+        });
+        match sealed {
+            Ok((encoded, result)) => {
+                let blobs = members
+                    .iter()
+                    .filter_map(|m| match &m.result {
+                        Some(Result1::Write { change, .. }) => {
+                            let write = change.entry.write.as_ref()?;
+                            match (&write.inline, &change.version_bytes) {
+                                (None, Some(bytes)) => Some((write.hash, bytes.clone())),
+                                _ => None,
+                            }
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                Batch {
+                    base,
+                    members,
+                    slot: Some(encoded),
+                    result,
+                    blobs,
+                }
+            }
+            Err(e) => {
+                // The committer built something apply refuses: answer every writer with it
+                // rather than commit it.
+                tracing::error!("refusing to commit a slot that does not apply: {e}");
+                for member in &mut members {
+                    if matches!(member.result, Some(Result1::Write { .. })) {
+                        member.result = Some(Result1::Answer(Err(e.duplicate())));
+                    }
+                }
+                Batch {
+                    result: base.clone(),
+                    base,
+                    members,
+                    slot: None,
+                    blobs: Vec::new(),
+                }
+            }
+        }
+    }
+
+    /// Starts creating the blobs `batch` needs that are not created or being created.
+    fn stage(&mut self, batch: &Batch) {
+        for (hash, bytes) in &batch.blobs {
+            if self.staged.contains(hash) || self.staging_now.contains(hash) {
+                continue;
+            }
+            self.stage_failed.remove(hash);
+            self.staging_now.insert(*hash);
+            let store = self.shared.store.clone();
+            let key = keys::blob_key(&self.shared.config.prefix, hash);
+            let bytes = bytes.clone();
+            let hash = *hash;
+            let retry = self.retry_policy();
+            self.staging
+                .spawn(async move { (hash, create_blob(store, key, bytes, retry).await) });
+        }
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        let config = &self.shared.config;
+        RetryPolicy {
+            attempts: config.create_attempts.max(1),
+            base: config.backoff_base,
+            cap: config.backoff_cap,
+            seed: self.shared.next_seed(),
+        }
+    }
+
+    /// Moves the front of the pipeline: answers batches with nothing to create, fails one
+    /// whose blobs could not be staged, and starts the next slot create when its blobs are in
+    /// and no yield is pending.
+    fn advance_front(&mut self) {
+        while self.creating.is_none() {
+            let Some(front) = self.batches.front() else {
+                return;
+            };
+            if front.slot.is_none() {
+                let batch = self.batches.pop_front().expect("front exists");
+                answer_batch(batch, None);
+                continue;
+            }
+            if let Some(err) = front
+                .blobs
+                .iter()
+                .find_map(|(h, _)| self.stage_failed.get(h))
+            {
+                let err = err.duplicate();
+                for (h, _) in &front.blobs {
+                    self.stage_failed.remove(h);
+                }
+                let batch = self.batches.pop_front().expect("front exists");
+                fail_batch(batch, &err);
+                self.requeue_later_batches();
+                continue;
+            }
+            if !front.blobs.iter().all(|(h, _)| self.staged.contains(h)) {
+                return;
+            }
+            if self.closing.is_some() {
+                return;
+            }
+            let now = Instant::now();
+            if self.yield_until.is_some_and(|until| now < until)
+                || self.handoff_until.is_some_and(|until| now < until)
+            {
+                return;
+            }
+            self.yield_until = None;
+            self.handoff_until = None;
+            let slot = front.slot.as_ref().expect("checked above");
+            let store = self.shared.store.clone();
+            let key = keys::slot_key(&self.shared.config.prefix, slot.slot.first);
+            let bytes = slot.bytes.clone();
+            let first = slot.slot.first;
+            let retry = self.retry_policy();
+            self.creating = Some(tokio::spawn(create_slot(store, key, first, bytes, retry)));
+            return;
+        }
+    }
+
+    async fn on_created(&mut self, outcome: CreateOutcome) {
+        let Some(front) = self.batches.pop_front() else {
+            return;
+        };
+        match outcome {
+            CreateOutcome::Won => {
+                self.shared.install(&front.result);
+                self.shared.stats().slots_won += 1;
+                self.lost_streak = 0;
+                if let Some(slot) = &front.slot {
+                    self.own_slots
+                        .push_back((slot.slot.first, slot.slot.last()));
+                    if self.own_slots.len() > 64 {
+                        self.own_slots.pop_front();
+                    }
+                }
+                let first = front.slot.as_ref().map(|s| s.slot.first);
+                answer_batch(front, first);
+                if self.shared.peer_active() {
+                    let jitter = self.shared.config.yield_jitter.as_micros() as u64;
+                    if jitter > 0 {
+                        let pause = self
+                            .shared
+                            .rng
+                            .lock()
+                            .expect("rng lock poisoned")
+                            .random_range(1..=jitter);
+                        self.yield_until = Some(Instant::now() + Duration::from_micros(pause));
+                        self.shared.stats().yields += 1;
+                    }
+                }
+            }
+            CreateOutcome::Lost(winner) => {
+                self.shared.stats().slots_lost += 1;
+                if winner.slot.store != self.shared.config.store {
+                    self.shared.note_peer();
+                }
+                let next = match front.base.apply(&winner) {
+                    Ok(next) => next,
+                    Err(e) => {
+                        tracing::error!("the slot that won our name does not apply: {e}");
+                        fail_batch(front, &e);
+                        self.requeue_later_batches();
+                        return;
+                    }
+                };
+                let mut next = next;
+                let mut touched = Touched::default();
+                touched.add(&winner, self.shared.config.policy_path.as_ref());
+                self.lost_streak += 1;
+                if self.lost_streak >= 2 {
+                    // Losing again means this store trails the log: jump to its end.
+                    let store = self.shared.store.clone();
+                    let policy = self.shared.config.policy_path.clone();
+                    let own = self.shared.config.store;
+                    let mut peer = false;
+                    let replayed = tip::replay_observed(
+                        store.as_ref(),
+                        &self.shared.config.prefix,
+                        &mut next,
+                        |slot| {
+                            touched.add(slot, policy.as_ref());
+                            peer |= slot.slot.store != own;
+                        },
+                    )
+                    .await;
+                    if peer {
+                        self.shared.note_peer();
+                    }
+                    if let Err(e) = replayed {
+                        tracing::warn!("catching up after a lost race stopped early: {e}");
+                    }
+                }
+                self.shared.install(&next);
+                self.requeue_later_batches();
+                let rebuilt = self.build_batch(next, front.members, Some(touched)).await;
+                self.stage(&rebuilt);
+                self.batches.push_front(rebuilt);
+            }
+            CreateOutcome::Failed(err) => {
+                fail_batch(front, &err);
+                self.requeue_later_batches();
+            }
+        }
+    }
+
+    /// Returns the members of every batch left in the pipeline (the caller has taken the
+    /// front) to the head of the queue in queue order, to be rebuilt on the new front.
+    fn requeue_later_batches(&mut self) {
+        let later: Vec<Pending> = self
+            .batches
+            .drain(..)
+            .flat_map(|b| b.members.into_iter().map(|m| m.pending))
+            .collect();
+        for pending in later.into_iter().rev() {
+            self.queue.push_front(pending);
+        }
+    }
+}
+
+/// The paths a winning slot touched, for deciding which members to rebuild.
+#[derive(Default)]
+struct Touched {
+    paths: Vec<DocPath>,
+    policy: bool,
+}
+
+impl Touched {
+    fn add(&mut self, slot: &EncodedSlot, policy: Option<&DocPath>) {
+        for entry in &slot.slot.entries {
+            self.policy |= policy == Some(&entry.path);
+            self.paths.push(entry.path.clone());
+        }
+    }
+
+    fn reaches(&self, member: &Member) -> bool {
+        if self.policy && member.pending.request.precondition.is_some() {
+            return true;
+        }
+        match &member.path {
+            Some(path) => self.paths.iter().any(|t| t.overlaps(path)),
+            None => false,
+        }
+    }
+}
+
+/// A version record for chaining members before the slot exists (its location is settled
+/// when the slot is sealed).
+fn provisional_record(change: &Change) -> VersionRecord {
+    let write = change.entry.write.as_ref();
+    VersionRecord {
+        version: change.entry.current,
+        hash: write.map_or(Hash([0; 32]), |w| w.hash),
+        body_hash: change.entry.body_hash,
+        modified: change.entry.modified,
+        size: write.map_or(0, |w| w.size),
+        location: Location::Blob,
+    }
+}
+
+fn unbuilt(pending: &Pending) -> Error {
+    Error::new(
+        pending.request.mutation.op(),
+        pending.request.mutation.raw_path(),
+        ErrorKind::Integrity,
+        "answered before it was built",
+    )
+}
+
+/// Answers every member of a confirmed batch (`first`: its slot's first sequence).
+fn answer_batch(batch: Batch, first: Option<u64>) {
+    let mut index = 0u64;
+    for member in batch.members {
+        let answer = match member.result {
+            Some(Result1::Write { change, summary }) => {
+                let sequence = first.map(|f| f + index);
+                index += 1;
+                Ok(Outcome {
+                    doc: summary,
+                    changed: true,
+                    sequence,
+                    prune: change.prune,
+                })
+            }
+            Some(Result1::Answer(answer)) => answer,
+            None => Err(unbuilt(&member.pending)),
+        };
+        let _ = member.pending.reply.send(answer);
+    }
+}
+
+/// Answers every writer of a batch with `err`; members with their own answers keep them.
+fn fail_batch(batch: Batch, err: &Error) {
+    for member in batch.members {
+        let answer = match member.result {
+            Some(Result1::Write { .. }) => Err(err.duplicate()),
+            Some(Result1::Answer(answer)) => answer,
+            None => Err(unbuilt(&member.pending)),
+        };
+        let _ = member.pending.reply.send(answer);
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[derive(Clone, Copy)]
+struct RetryPolicy {
+    attempts: u32,
+    base: Duration,
+    cap: Duration,
+    seed: u64,
+}
+
+impl RetryPolicy {
+    fn pause(&self, attempt: u32, rng: &mut SmallRng) -> Duration {
+        let step = self.base.saturating_mul(1 << attempt.min(6)).min(self.cap);
+        let jitter = step.as_micros() as u64 / 2;
+        step + Duration::from_micros(if jitter == 0 {
+            0
+        } else {
+            rng.random_range(0..=jitter)
+        })
+    }
+}
+
+/// Creates a slot and decides the outcome, reading the name back whenever the create's
+/// answer does not settle it.
+async fn create_slot(
+    store: Arc<dyn BlobStore>,
+    key: String,
+    first: u64,
+    bytes: Bytes,
+    retry: RetryPolicy,
+) -> CreateOutcome {
+    let mut rng = SmallRng::seed_from_u64(retry.seed);
+    let mut last_error = None;
+    for attempt in 0..retry.attempts {
+        if attempt > 0 {
+            tokio::time::sleep(retry.pause(attempt - 1, &mut rng)).await;
+        }
+        match store.create(&key, bytes.clone()).await {
+            Ok(_) => return CreateOutcome::Won,
+            Err(e) if e.is_precondition() || e.kind().is_retryable() => {
+                match store.get(&key).await {
+                    Ok(object) if object.data == bytes => return CreateOutcome::Won,
+                    Ok(object) => {
+                        return match EncodedSlot::decode(&key, first, object.data) {
+                            Ok(winner) => CreateOutcome::Lost(Box::new(winner)),
+                            Err(err) => CreateOutcome::Failed(err),
+                        };
+                    }
+                    // Absent: the create did not land; retry the identical create. Any other
+                    // failure leaves the outcome open: retry, and read back again.
+                    Err(read) => last_error = Some(if read.is_not_found() { e } else { read }),
+                }
+            }
+            Err(e) => return CreateOutcome::Failed(Error::storage(Op::Commit, e)),
+        }
+    }
+    let err = last_error.map_or_else(
+        || {
+            Error::new(
+                Op::Commit,
+                key.clone(),
+                ErrorKind::Storage,
+                "no attempt made",
+            )
+        },
+        |e| Error::storage(Op::Commit, e),
+    );
+    CreateOutcome::Failed(Error::new(
+        Op::Commit,
+        key,
+        ErrorKind::OutcomeUnknown,
+        format!(
+            "slot create undecided after {} attempts: {err}",
+            retry.attempts
+        ),
+    ))
+}
+
+/// Creates a content-addressed blob; an existing object under its hash is the same content.
+async fn create_blob(
+    store: Arc<dyn BlobStore>,
+    key: String,
+    bytes: Bytes,
+    retry: RetryPolicy,
+) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(retry.seed);
+    let mut last = None;
+    for attempt in 0..retry.attempts {
+        if attempt > 0 {
+            tokio::time::sleep(retry.pause(attempt - 1, &mut rng)).await;
+        }
+        match store.create(&key, bytes.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_precondition() => return Ok(()),
+            Err(e) if e.kind().is_retryable() => last = Some(e),
+            Err(e) => return Err(Error::storage(Op::Stage, e)),
+        }
+    }
+    Err(last.map_or_else(
+        || Error::new(Op::Stage, key, ErrorKind::Storage, "no attempt made"),
+        |e| Error::storage(Op::Stage, e),
+    ))
+}
+
+/// Reads a version's stored bytes and checks them against the record.
+pub async fn read_version(
+    store: &dyn BlobStore,
+    prefix: &str,
+    record: &VersionRecord,
+) -> Result<Bytes> {
+    let (key, bytes) = match record.location {
+        Location::Inline { slot, offset } => {
+            let key = keys::slot_key(prefix, slot);
+            let bytes = store
+                .get_range(&key, offset..offset + record.size)
+                .await
+                .map_err(|e| Error::storage(Op::Read, e))?;
+            (key, bytes)
+        }
+        Location::Blob => {
+            let key = keys::blob_key(prefix, &record.hash);
+            let object = store
+                .get(&key)
+                .await
+                .map_err(|e| Error::storage(Op::Read, e))?;
+            (key, object.data)
+        }
+    };
+    if Hash::of(&bytes) != record.hash {
+        return Err(Error::integrity(
+            Op::Read,
+            key,
+            "version bytes do not match their hash",
+        ));
+    }
+    Ok(bytes)
+}

@@ -50,6 +50,16 @@ pub async fn catch_up(
 /// Applies every slot after `state.sequence()` found by listing the log. On error `state`
 /// keeps the progress made. Returns how many slots were applied.
 pub async fn replay(store: &dyn BlobStore, prefix: &str, state: &mut WorldState) -> Result<usize> {
+    replay_observed(store, prefix, state, |_| {}).await
+}
+
+/// [`replay`], showing each slot to `observe` after it applied.
+pub async fn replay_observed(
+    store: &dyn BlobStore,
+    prefix: &str,
+    state: &mut WorldState,
+    mut observe: impl FnMut(&EncodedSlot),
+) -> Result<usize> {
     let log = keys::log_prefix(prefix);
     let after = keys::slot_key(prefix, state.sequence());
     let listed = quire_blob::list_all(store, &log, &after)
@@ -88,6 +98,7 @@ pub async fn replay(store: &dyn BlobStore, prefix: &str, state: &mut WorldState)
             ));
         }
         *state = state.apply(&slot)?;
+        observe(&slot);
         applied += 1;
     }
     Ok(applied)

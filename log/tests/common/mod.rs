@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: building valid slots by hand.
 #![allow(dead_code)]
 
+pub mod stores;
+
 use bytes::Bytes;
 use quire_log::build::{BuildLimits, Built, Change, Mutation, build};
 use quire_log::metadata::Metadata;

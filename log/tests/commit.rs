@@ -1,0 +1,544 @@
+//! The group committer on the memory driver, with latency, holds and ambiguity injected by
+//! test wrappers. Time is tokio's paused clock: latency is simulated, nothing sleeps.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::stores::TestStore;
+use common::*;
+use futures::future::join_all;
+use quire_blob::BlobStore;
+use quire_blob::memory::MemoryStore;
+use quire_log::build::Mutation;
+use quire_log::commit::{Committer, CommitterConfig, Outcome, WriteRequest};
+use quire_log::{DocPath, ErrorKind, ManualClock, Result, StoreId, Timestamp, WorldState, tip};
+
+const PREFIX: &str = "w/";
+
+fn start(
+    store: Arc<dyn BlobStore>,
+    state: WorldState,
+    id: u8,
+    tweak: impl FnOnce(&mut CommitterConfig),
+) -> Committer {
+    let mut config = CommitterConfig {
+        prefix: PREFIX.into(),
+        store: StoreId([id; 16]),
+        seed: u64::from(id),
+        ..CommitterConfig::default()
+    };
+    tweak(&mut config);
+    Committer::start(
+        store,
+        state,
+        Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
+        config,
+    )
+}
+
+async fn submit(c: &Committer, m: Mutation) -> Result<Outcome> {
+    c.submit(WriteRequest::new(m)).await
+}
+
+fn cas(path: &str, expected: u64, body: &str) -> Mutation {
+    Mutation::Publish {
+        path: path.into(),
+        expected: Some(expected),
+        body: Bytes::copy_from_slice(body.as_bytes()),
+        metadata: Default::default(),
+    }
+}
+
+fn append(path: &str, expected: u64, body: &str) -> Mutation {
+    Mutation::Append {
+        path: path.into(),
+        expected,
+        body: Bytes::copy_from_slice(body.as_bytes()),
+        metadata: Default::default(),
+    }
+}
+
+fn doc_version(state: &WorldState, path: &str) -> Option<u64> {
+    state.doc(&DocPath::parse(path).unwrap()).map(|d| d.current)
+}
+
+/// Replays the whole log from genesis.
+async fn replayed(store: &dyn BlobStore) -> WorldState {
+    let mut state = WorldState::genesis(WORLD);
+    tip::catch_up(store, PREFIX, &mut state).await.unwrap();
+    state
+}
+
+#[tokio::test(start_paused = true)]
+async fn single_store_semantics() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let c = start(memory.clone(), WorldState::genesis(WORLD), 1, |_| {});
+    let created = submit(&c, publish("/a.md", "line1")).await.unwrap();
+    assert!(created.changed);
+    assert_eq!((created.doc.version, created.sequence), (1, Some(2)));
+
+    // Identical body and metadata: answered with the current version, nothing committed.
+    let same = submit(&c, publish("/a.md", "line1")).await.unwrap();
+    assert!(!same.changed);
+    assert_eq!(same.doc.version, 1);
+    assert_eq!(c.state().sequence(), 2);
+
+    let appended = submit(&c, append("/a.md", 1, "line2")).await.unwrap();
+    assert_eq!(appended.doc.version, 2);
+    let stale = submit(&c, cas("/a.md", 1, "x")).await.unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::Conflict);
+    assert_eq!(stale.current().unwrap().version, 2);
+    let exists = submit(&c, cas("/a.md", 0, "x")).await.unwrap_err();
+    assert_eq!(exists.kind(), ErrorKind::Conflict);
+
+    let collision = submit(&c, publish("/a.md/b.md", "x")).await.unwrap_err();
+    assert_eq!(collision.kind(), ErrorKind::PathCollision);
+    submit(&c, publish("/dir/doc.md", "d")).await.unwrap();
+    let onto_dir = submit(&c, publish("/dir", "x")).await.unwrap_err();
+    assert_eq!(onto_dir.kind(), ErrorKind::PathCollision);
+
+    let archived = submit(&c, archive("/a.md", true)).await.unwrap();
+    assert!(archived.changed && archived.doc.archived && archived.doc.version == 2);
+    assert!(!submit(&c, archive("/a.md", true)).await.unwrap().changed);
+    assert_eq!(
+        submit(&c, publish("/a.md", "new"))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Archived
+    );
+    submit(&c, archive("/a.md", false)).await.unwrap();
+    assert_eq!(
+        submit(&c, archive("/missing.md", true))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        submit(&c, publish("/../x.md", "x"))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+
+    for i in 0..3 {
+        submit(&c, publish("/r.md", &format!("v{i}")))
+            .await
+            .unwrap();
+    }
+    let pruned = submit(&c, publish_with("/r.md", "v3", meta(&[("retention", "2")])))
+        .await
+        .unwrap();
+    assert_eq!(pruned.prune, Some((1, 2)));
+    assert_eq!((pruned.doc.version, pruned.doc.first), (4, 3));
+
+    // A large body travels as a blob; appending to it reads it back.
+    let big = "x".repeat(20_000);
+    submit(&c, publish("/big.md", &big)).await.unwrap();
+    let fresh = start(memory.clone(), c.state(), 2, |_| {});
+    let grown = submit(&fresh, append("/big.md", 1, "tail")).await.unwrap();
+    assert_eq!(grown.doc.version, 2);
+
+    // Replaying the log from genesis gives exactly the committer's state.
+    let state = fresh.state();
+    assert!(replayed(memory.as_ref()).await == state);
+    state.check_indexes().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn quota_refuses_new_paths_only() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let c = start(memory, WorldState::genesis(WORLD), 1, |c| {
+        c.max_documents = 2
+    });
+    submit(&c, publish("/a.md", "a")).await.unwrap();
+    submit(&c, publish("/b.md", "b")).await.unwrap();
+    assert_eq!(
+        submit(&c, publish("/c.md", "c")).await.unwrap_err().kind(),
+        ErrorKind::Quota
+    );
+    submit(&c, publish("/a.md", "a2")).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn batch_sizes_grow_under_a_deep_queue() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let c = start(memory.clone(), WorldState::genesis(WORLD), 1, |c| {
+        c.batch_max = 32
+    });
+    let writes = (0..60).map(|i| submit(&c, publish(&format!("/d/{i}.md"), "x")));
+    for result in join_all(writes).await {
+        result.unwrap();
+    }
+    assert_eq!(c.stats().batch_sizes, [16, 32, 12]);
+
+    let c = start(memory, c.state(), 2, |_| {});
+    let writes = (0..200).map(|i| submit(&c, publish(&format!("/e/{i}.md"), "x")));
+    let results = join_all(writes).await;
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(c.stats().batch_sizes, [16, 32, 64, 64, 24]);
+    // Every member of a batch shares its slot: sequences are contiguous and unique.
+    let mut sequences: Vec<u64> = results
+        .iter()
+        .map(|r| r.as_ref().unwrap().sequence.unwrap())
+        .collect();
+    sequences.sort_unstable();
+    assert_eq!(sequences, (62..262).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn ambiguous_creates_that_landed_are_wins() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let test = Arc::new(TestStore::new(memory.clone()));
+    test.ambiguous_after_apply("log/", 2);
+    test.ambiguous_after_apply("blobs/", 1);
+    // One fragment at a time: slots first.
+    test.ambiguous_after_apply("log/", 2);
+    let c = start(test.clone(), WorldState::genesis(WORLD), 1, |_| {});
+    let a = submit(&c, publish("/a.md", "a")).await.unwrap();
+    let b = submit(&c, publish("/b.md", "b")).await.unwrap();
+    assert_eq!((a.sequence, b.sequence), (Some(2), Some(3)));
+    // Each landed create was answered ambiguous, read back, and recognised: exactly one
+    // attempt per slot, no duplicate writes, no lost race reported.
+    assert_eq!(test.slot_creates.load(Ordering::SeqCst), 2);
+    assert_eq!(c.stats().slots_lost, 0);
+    let state = replayed(memory.as_ref()).await;
+    assert_eq!(state.sequence(), 3);
+    assert!(state == c.state());
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_queued_requests_never_commit() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let test = Arc::new(TestStore::new(memory.clone()));
+    let c = start(test.clone(), WorldState::genesis(WORLD), 1, |c| {
+        c.pipeline = 1
+    });
+    test.hold("log/");
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { submit(&c, publish("/first.md", "1")).await }
+    });
+    while test.held.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let mut late = WriteRequest::new(publish("/late.md", "2"));
+    late.deadline = Some(tokio::time::Instant::now() + Duration::from_millis(100));
+    let queued = tokio::spawn({
+        let c = c.clone();
+        async move { c.submit(late).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    test.release();
+    assert_eq!(
+        queued.await.unwrap().unwrap_err().kind(),
+        ErrorKind::Canceled
+    );
+    first.await.unwrap().unwrap();
+    submit(&c, publish("/after.md", "3")).await.unwrap();
+    let state = replayed(memory.as_ref()).await;
+    assert_eq!(doc_version(&state, "/late.md"), None);
+    assert_eq!(doc_version(&state, "/after.md"), Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_refuses_queued_and_later_writes() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let c = start(memory, WorldState::genesis(WORLD), 1, |_| {});
+    submit(&c, publish("/a.md", "a")).await.unwrap();
+    c.close().await;
+    assert_eq!(
+        submit(&c, publish("/b.md", "b")).await.unwrap_err().kind(),
+        ErrorKind::Closed
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn committed_hook_reports_sequences() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook_seen = seen.clone();
+    let c = start(memory, WorldState::genesis(WORLD), 1, move |c| {
+        c.on_committed = Some(Arc::new(move |s| hook_seen.lock().unwrap().push(s)));
+    });
+    for i in 0..3 {
+        submit(&c, publish(&format!("/{i}.md"), "x")).await.unwrap();
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(*seen.lock().unwrap(), [2, 3, 4]);
+}
+
+/// Two stores race one path from the same base: exactly one write wins.
+async fn race_two(
+    first: Mutation,
+    second: Mutation,
+    base: &[Mutation],
+) -> (Result<Outcome>, Result<Outcome>, WorldState) {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let setup = start(memory.clone(), WorldState::genesis(WORLD), 9, |_| {});
+    for m in base {
+        submit(&setup, m.clone()).await.unwrap();
+    }
+    let state = setup.state();
+    let slow = Arc::new(TestStore::new(memory.clone()));
+    let a = start(memory.clone(), state.clone(), 1, |_| {});
+    let b = start(slow.clone(), state, 2, |_| {});
+    slow.hold("log/");
+    let b_write = tokio::spawn({
+        let b = b.clone();
+        async move { submit(&b, second).await }
+    });
+    while slow.held.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // B's slot is built and its create is on its way; A takes the name first.
+    let a_result = submit(&a, first).await;
+    slow.release();
+    let b_result = b_write.await.unwrap();
+    (a_result, b_result, replayed(memory.as_ref()).await)
+}
+
+#[tokio::test(start_paused = true)]
+async fn same_path_expected_version_race_has_one_winner() {
+    let (a, b, state) = race_two(
+        cas("/a.md", 1, "from a"),
+        cas("/a.md", 1, "from b"),
+        &[publish("/a.md", "v1")],
+    )
+    .await;
+    assert!(a.is_ok());
+    assert_eq!(b.unwrap_err().kind(), ErrorKind::Conflict);
+    assert_eq!(doc_version(&state, "/a.md"), Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn blind_writers_racing_one_path_never_both_succeed() {
+    let (a, b, state) = race_two(
+        publish("/a.md", "from a"),
+        publish("/a.md", "from b"),
+        &[publish("/a.md", "v1")],
+    )
+    .await;
+    assert!(a.is_ok());
+    let err = b.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(err.current().unwrap().version, 2);
+    assert_eq!(doc_version(&state, "/a.md"), Some(2));
+    // Blind creates of a new path race the same way.
+    let (a, b, _) = race_two(publish("/n.md", "a"), publish("/n.md", "b"), &[]).await;
+    assert!(a.is_ok());
+    assert_eq!(b.unwrap_err().kind(), ErrorKind::Conflict);
+}
+
+#[tokio::test(start_paused = true)]
+async fn document_versus_child_race_has_one_winner() {
+    let (a, b, state) = race_two(publish("/a", "doc"), publish("/a/b", "child"), &[]).await;
+    assert!(a.is_ok());
+    assert_eq!(b.unwrap_err().kind(), ErrorKind::PathCollision);
+    assert_eq!(doc_version(&state, "/a"), Some(1));
+    assert_eq!(doc_version(&state, "/a/b"), None);
+    let (a, b, _) = race_two(publish("/a/b", "child"), publish("/a", "doc"), &[]).await;
+    assert!(a.is_ok());
+    assert_eq!(b.unwrap_err().kind(), ErrorKind::PathCollision);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_slot_rebuilds_only_the_members_it_touched() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let setup = start(memory.clone(), WorldState::genesis(WORLD), 9, |_| {});
+    submit(&setup, publish("/x.md", "x1")).await.unwrap();
+    let state = setup.state();
+    let slow = Arc::new(TestStore::new(memory.clone()));
+    let a = start(slow.clone(), state.clone(), 1, |_| {});
+    let peer = start(memory.clone(), state, 2, |_| {});
+    slow.hold("log/");
+    // Five large writes in one batch: each stages a blob before the slot create.
+    let big = |tag: &str| format!("{tag}\n{}", "y".repeat(10_000));
+    let batch = vec![
+        cas("/p1.md", 0, &big("p1")),
+        cas("/x.md", 1, &big("x2")),
+        cas("/p2.md", 0, &big("p2")),
+        cas("/p3.md", 0, &big("p3")),
+        cas("/d/p4.md", 0, &big("p4")),
+    ];
+    let writes = tokio::spawn({
+        let a = a.clone();
+        async move { join_all(batch.into_iter().map(|m| submit(&a, m))).await }
+    });
+    while slow.held.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(slow.blob_creates.load(Ordering::SeqCst), 5);
+    // The peer takes the next name with a conflicting write to /x.md.
+    submit(&peer, cas("/x.md", 1, "peer")).await.unwrap();
+    slow.release();
+    let results = writes.await.unwrap();
+    assert_eq!(results[1].as_ref().unwrap_err().kind(), ErrorKind::Conflict);
+    for i in [0, 2, 3, 4] {
+        assert_eq!(
+            results[i].as_ref().unwrap().sequence,
+            Some(4 + [0, 0, 1, 2, 3][i])
+        );
+    }
+    let stats = a.stats();
+    assert_eq!((stats.slots_lost, stats.slots_won), (1, 1));
+    assert_eq!((stats.members_kept, stats.members_rebuilt), (4, 1));
+    // Nothing was staged again.
+    assert_eq!(slow.blob_creates.load(Ordering::SeqCst), 5);
+    let state = replayed(memory.as_ref()).await;
+    assert!(state == a.state());
+    assert_eq!(state.sequence(), 7);
+}
+
+/// `stores` committers over one bucket, `writers` writers each: every acknowledged write is
+/// in the log, versions of the shared documents are acknowledged exactly once each, and
+/// every store converges to the replayed state.
+async fn stores_share_one_log(stores: u8, writers: usize, rounds: usize) {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let committers: Vec<(Committer, Arc<TestStore>)> = (0..stores)
+        .map(|i| {
+            let wrapped =
+                Arc::new(TestStore::new(memory.clone()).with_latency(3..12, u64::from(i) + 100));
+            (
+                start(wrapped.clone(), WorldState::genesis(WORLD), i + 1, |_| {}),
+                wrapped,
+            )
+        })
+        .collect();
+    let mut tasks = Vec::new();
+    for (s, (c, _)) in committers.iter().enumerate() {
+        for w in 0..writers {
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut acked: Vec<(String, u64, String)> = Vec::new();
+                for r in 0..rounds {
+                    let own = format!("/s{s}/w{w}/r{r}.md");
+                    let body = format!("own {s} {w} {r}");
+                    let out = submit(&c, publish(&own, &body)).await.unwrap();
+                    acked.push((own, out.doc.version, body));
+                    let body = format!("blind {s} {w} {r}");
+                    if let Ok(out) = submit(&c, publish("/shared/blind.md", &body)).await {
+                        acked.push(("/shared/blind.md".into(), out.doc.version, body));
+                    }
+                    let current = doc_version(&c.state(), "/shared/cas.md").unwrap_or(0);
+                    let body = format!("cas {s} {w} {r}");
+                    match submit(&c, cas("/shared/cas.md", current, &body)).await {
+                        Ok(out) => acked.push(("/shared/cas.md".into(), out.doc.version, body)),
+                        Err(e) => assert_eq!(e.kind(), ErrorKind::Conflict, "{e}"),
+                    }
+                }
+                acked
+            }));
+        }
+    }
+    let mut acked = Vec::new();
+    for task in tasks {
+        acked.extend(task.await.unwrap());
+    }
+    let state = replayed(memory.as_ref()).await;
+    for (c, _) in &committers {
+        let refreshed = c.refresh().await.unwrap();
+        assert!(refreshed == state, "a store did not converge");
+    }
+    // Every acknowledged write reads back with its body.
+    let mut versions: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (path, version, body) in &acked {
+        let doc = state.doc(&DocPath::parse(path).unwrap()).unwrap();
+        let record = doc.recent_version(*version).unwrap();
+        let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, record)
+            .await
+            .unwrap();
+        let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
+        assert_eq!(&stored.body, body);
+        versions.entry(path.clone()).or_default().push(*version);
+    }
+    for shared in ["/shared/blind.md", "/shared/cas.md"] {
+        let mut got = versions.remove(shared).unwrap_or_default();
+        got.sort_unstable();
+        let current = doc_version(&state, shared).unwrap();
+        assert_eq!(got, (1..=current).collect::<Vec<_>>(), "{shared}");
+    }
+    let own = versions.values().map(Vec::len).sum::<usize>();
+    assert_eq!(own, stores as usize * writers * rounds);
+    // The races and batching were really exercised.
+    let lost: u64 = committers.iter().map(|(c, _)| c.stats().slots_lost).sum();
+    assert!(lost > 0, "no race happened");
+    assert!(
+        committers
+            .iter()
+            .any(|(c, _)| c.stats().batch_sizes.iter().any(|s| *s > 1))
+    );
+    state.check_indexes().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_stores_share_one_log() {
+    stores_share_one_log(2, 8, 5).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_stores_share_one_log() {
+    stores_share_one_log(3, 8, 4).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn contending_stores_take_turns() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let end = tokio::time::Instant::now() + Duration::from_millis(1500);
+    let mut tasks = Vec::new();
+    let mut committers: Vec<Committer> = Vec::new();
+    // Peer hints: each store's committed hook tells the other store (as a server's peer
+    // channel would).
+    let peers: Arc<std::sync::Mutex<Vec<Committer>>> = Arc::default();
+    for s in 0..2u8 {
+        let wrapped = Arc::new(TestStore::new(memory.clone()).with_latency(5..6, u64::from(s)));
+        let hint_to = peers.clone();
+        let c = start(wrapped, WorldState::genesis(WORLD), s + 1, move |c| {
+            c.on_committed = Some(Arc::new(move |sequence| {
+                if let Some(other) = hint_to.lock().unwrap().get(1 - s as usize) {
+                    other.follow(sequence);
+                }
+            }));
+        });
+        committers.push(c.clone());
+        for w in 0..8 {
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut done = 0u64;
+                let mut i = 0;
+                while tokio::time::Instant::now() < end {
+                    i += 1;
+                    if submit(&c, publish(&format!("/s{s}/w{w}/{i}.md"), "x"))
+                        .await
+                        .is_ok()
+                    {
+                        done += 1;
+                    }
+                }
+                (s, done)
+            }));
+        }
+    }
+    *peers.lock().unwrap() = committers.clone();
+    let mut per_store: HashMap<u8, u64> = HashMap::new();
+    for task in tasks {
+        let (s, done) = task.await.unwrap();
+        *per_store.entry(s).or_default() += done;
+    }
+    let total: u64 = per_store.values().sum();
+    let least = *per_store.values().min().unwrap();
+    assert!(total > 0);
+    assert!(least * 3 >= total, "unfair split {per_store:?}");
+    assert!(
+        committers.iter().all(|c| c.stats().handoffs > 0),
+        "no handoff"
+    );
+}
