@@ -1060,6 +1060,16 @@ impl Actor {
                     }
                 }
                 let first = front.slot.as_ref().map(|s| s.slot.first);
+                // Forget staged blobs no batch still waits on, so the set stays small.
+                for (hash, _) in &front.blobs {
+                    let needed = self
+                        .batches
+                        .iter()
+                        .any(|b| b.blobs.iter().any(|(h, _)| h == hash));
+                    if !needed {
+                        self.staged.remove(hash);
+                    }
+                }
                 answer_batch(front, first);
                 if self.shared.peer_active() {
                     let jitter = self.shared.config.yield_jitter.as_micros() as u64;

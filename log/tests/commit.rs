@@ -542,3 +542,111 @@ async fn contending_stores_take_turns() {
         "no handoff"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn unapplied_failures_are_retried_and_hard_failures_answered() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let test = Arc::new(TestStore::new(memory.clone()));
+    let c = start(test.clone(), WorldState::genesis(WORLD), 1, |_| {});
+    // Unavailable before the create applied: read back (absent), retry the identical create.
+    test.fail_before_apply("log/", quire_blob::ErrorKind::Unavailable, 2);
+    let a = submit(&c, publish("/a.md", "a")).await.unwrap();
+    assert_eq!(a.sequence, Some(2));
+    assert_eq!(test.slot_creates.load(Ordering::SeqCst), 3);
+    // Blob creates answered ambiguous after landing are retried into "exists": fine.
+    test.ambiguous_after_apply("blobs/", 1);
+    let big = "z".repeat(9000);
+    submit(&c, publish("/big.md", &big)).await.unwrap();
+    // A failure that is not retryable answers the batch's writers with it; later writes go on.
+    test.fail_before_apply("log/", quire_blob::ErrorKind::Integrity, 1);
+    let err = submit(&c, publish("/b.md", "b")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity);
+    let after = submit(&c, publish("/c.md", "c")).await.unwrap();
+    assert_eq!(after.sequence, Some(4));
+    let state = replayed(memory.as_ref()).await;
+    assert!(state == c.state());
+    assert_eq!(doc_version(&state, "/b.md"), None);
+}
+
+#[derive(Debug)]
+struct NeedsTag(std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl quire_log::commit::Precondition for NeedsTag {
+    async fn check(
+        &self,
+        state: &WorldState,
+        write: &quire_log::build::PreparedWrite,
+    ) -> Result<()> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let policy = state.doc(&DocPath::parse("/policy.md").unwrap());
+        let required = policy.is_some_and(|p| p.catalog.tags.iter().any(|t| t == "strict"));
+        let tagged = write
+            .content
+            .as_ref()
+            .is_some_and(|(_, m)| m.contains_key("tags"));
+        if required && !tagged {
+            return Err(quire_log::Error::new(
+                quire_log::Op::Publish,
+                write.path.as_str(),
+                ErrorKind::Rejected,
+                "publish policy needs tags",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn preconditions_run_after_store_checks_and_again_when_the_policy_changes() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let setup = start(memory.clone(), WorldState::genesis(WORLD), 9, |_| {});
+    submit(&setup, publish("/policy.md", "lenient"))
+        .await
+        .unwrap();
+    submit(&setup, publish("/a.md", "a")).await.unwrap();
+    let state = setup.state();
+    let slow = Arc::new(TestStore::new(memory.clone()));
+    let policy = Some(DocPath::parse("/policy.md").unwrap());
+    let a = start(slow.clone(), state.clone(), 1, |c| {
+        c.policy_path = policy.clone()
+    });
+    let peer = start(memory.clone(), state, 2, |_| {});
+    let check = Arc::new(NeedsTag(Default::default()));
+    let with_check = |m: Mutation| WriteRequest {
+        mutation: m,
+        deadline: None,
+        precondition: Some(check.clone()),
+    };
+    // A no-op never runs the precondition.
+    assert!(
+        !a.submit(with_check(publish("/a.md", "a")))
+            .await
+            .unwrap()
+            .changed
+    );
+    assert_eq!(check.0.load(Ordering::SeqCst), 0);
+    // An untagged write passes under the lenient policy, but the peer makes the policy strict
+    // first: the rebuilt member runs the precondition again and is refused.
+    slow.hold("log/");
+    let write = tokio::spawn({
+        let a = a.clone();
+        let request = with_check(publish("/b.md", "b"));
+        async move { a.submit(request).await }
+    });
+    while slow.held.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(check.0.load(Ordering::SeqCst), 1);
+    submit(
+        &peer,
+        publish_with("/policy.md", "strict", meta(&[("tags", "strict")])),
+    )
+    .await
+    .unwrap();
+    slow.release();
+    let err = write.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Rejected);
+    assert_eq!(check.0.load(Ordering::SeqCst), 2);
+    assert_eq!(a.stats().members_rebuilt, 1);
+}

@@ -26,6 +26,8 @@ pub struct TestStore {
     ambiguous_after: Mutex<Option<(String, usize)>>,
     /// Creates of keys containing this fragment wait until released.
     hold: Mutex<Option<(String, Arc<Notify>)>>,
+    /// Creates under this key fragment fail with this kind before reaching the store.
+    fail_before: Mutex<Option<(String, ErrorKind, usize)>>,
     pub held: AtomicUsize,
     pub slot_creates: AtomicU64,
     pub blob_creates: AtomicU64,
@@ -38,6 +40,7 @@ impl TestStore {
             latency: None,
             ambiguous_after: Mutex::new(None),
             hold: Mutex::new(None),
+            fail_before: Mutex::new(None),
             held: AtomicUsize::new(0),
             slot_creates: AtomicU64::new(0),
             blob_creates: AtomicU64::new(0),
@@ -52,6 +55,11 @@ impl TestStore {
     /// The next `times` creates of keys containing `fragment` land, then report ambiguous.
     pub fn ambiguous_after_apply(&self, fragment: &str, times: usize) {
         *self.ambiguous_after.lock().unwrap() = Some((fragment.into(), times));
+    }
+
+    /// The next `times` creates of keys containing `fragment` fail with `kind` unapplied.
+    pub fn fail_before_apply(&self, fragment: &str, kind: ErrorKind, times: usize) {
+        *self.fail_before.lock().unwrap() = Some((fragment.into(), kind, times));
     }
 
     /// Creates of keys containing `fragment` wait for the returned notify (`notify_waiters`
@@ -98,6 +106,19 @@ impl BlobStore for TestStore {
             waiting.await;
         }
         self.delay().await;
+        let injected = {
+            let mut slot = self.fail_before.lock().unwrap();
+            match slot.as_mut() {
+                Some((fragment, kind, times)) if *times > 0 && key.contains(fragment.as_str()) => {
+                    *times -= 1;
+                    Some(*kind)
+                }
+                _ => None,
+            }
+        };
+        if let Some(kind) = injected {
+            return Err(Error::new(Op::Create, key, kind, "injected"));
+        }
         let result = self.inner.create(key, data).await;
         let ambiguous = {
             let mut slot = self.ambiguous_after.lock().unwrap();
