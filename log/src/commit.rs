@@ -24,10 +24,18 @@
 //!    touched are rebuilt, the rest are kept as built, and the batch takes the next name.
 //!    Batches staged behind it are rebuilt from the queue. A blind publish whose base changed
 //!    in between is a conflict, so two blind writers never both silently succeed.
+//!    A store that loses twice in a row trails the log and jumps to its end by listing.
 //! 6. Several stores on one world: a store that applied another store's slot within
 //!    [`CommitterConfig::yield_window`] waits a random pause up to
 //!    [`CommitterConfig::yield_jitter`] after each win before its next create; a store alone
-//!    never waits.
+//!    never waits. A winner learns of a loser only through peer hints: the loser's
+//!    [`CommitterConfig::on_committed`] reports the winning slot, a server forwards it, and
+//!    the winner's [`Committer::follow`] sees a sequence inside its own slot and holds its
+//!    next create (at most [`CommitterConfig::handoff_wait`]) until the peer's slot appears,
+//!    so contending stores take turns instead of one starving the other.
+//!
+//! The served state ([`Committer::state`]) advances only by installing states that are
+//! further along the log: this store's confirmed slots, slots that beat it, and refreshes.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -64,8 +72,11 @@ pub trait Precondition: Send + Sync + fmt::Debug {
     async fn check(&self, state: &WorldState, write: &PreparedWrite) -> Result<()>;
 }
 
-/// Called with every sequence this store learned the log reached (its own slots and the
-/// slots it applied from peers), newest only when several arrive at once, in order.
+/// Called with every sequence this store's committer learned the log reached: the last
+/// sequence of each slot it created and of each slot that beat it to a name (newest only when
+/// several arrive at once, in order). A server forwards these as peer hints; a peer that
+/// receives one inside its own slot learns it won a race against this store
+/// ([`Committer::follow`]). States installed by refreshes are not reported.
 pub type CommittedHook = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// How a committer behaves. [`Default`] gives the production values.
@@ -216,6 +227,8 @@ struct Shared {
     store: Arc<dyn BlobStore>,
     clock: Arc<dyn Clock>,
     served: watch::Sender<WorldState>,
+    /// The newest sequence the committer itself learned (own wins and lost races).
+    committed: watch::Sender<u64>,
     stats: Mutex<CommitStats>,
     peer_seen: Mutex<Option<Instant>>,
     rng: Mutex<SmallRng>,
@@ -231,6 +244,16 @@ impl Shared {
             } else {
                 false
             }
+        });
+    }
+
+    fn report(&self, sequence: u64) {
+        self.committed.send_if_modified(|current| {
+            let newer = sequence > *current;
+            if newer {
+                *current = sequence;
+            }
+            newer
         });
     }
 
@@ -284,8 +307,10 @@ impl Committer {
         config.batch_max = config.batch_max.clamp(1, MAX_SLOT_ENTRIES);
         config.batch_start = config.batch_start.clamp(1, config.batch_max);
         config.pipeline = config.pipeline.max(1);
+        let (committed, _) = watch::channel(state.sequence());
         let (served, _) = watch::channel(state);
         let shared = Arc::new(Shared {
+            committed,
             rng: Mutex::new(SmallRng::seed_from_u64(config.seed)),
             config,
             store,
@@ -295,10 +320,10 @@ impl Committer {
             peer_seen: Mutex::default(),
         });
         if let Some(hook) = shared.config.on_committed.clone() {
-            let mut changes = shared.served.subscribe();
+            let mut changes = shared.committed.subscribe();
             tokio::spawn(async move {
                 while changes.changed().await.is_ok() {
-                    let sequence = changes.borrow_and_update().sequence();
+                    let sequence = *changes.borrow_and_update();
                     hook(sequence);
                 }
             });
@@ -391,6 +416,11 @@ impl Committer {
     /// Follows every installed state.
     pub fn subscribe(&self) -> watch::Receiver<WorldState> {
         self.shared.served.subscribe()
+    }
+
+    /// Follows the sequences reported to [`CommitterConfig::on_committed`].
+    pub fn committed(&self) -> watch::Receiver<u64> {
+        self.shared.committed.subscribe()
     }
 
     /// Installs a state read elsewhere (a refresh or a checkpoint) if it is ahead.
@@ -1050,6 +1080,7 @@ impl Actor {
         match outcome {
             CreateOutcome::Won => {
                 self.shared.install(&front.result);
+                self.shared.report(front.result.sequence());
                 self.shared.stats().slots_won += 1;
                 self.lost_streak = 0;
                 if let Some(slot) = &front.slot {
@@ -1127,6 +1158,7 @@ impl Actor {
                     }
                 }
                 self.shared.install(&next);
+                self.shared.report(next.sequence());
                 self.requeue_later_batches();
                 let rebuilt = self.build_batch(next, front.members, Some(touched)).await;
                 self.stage(&rebuilt);

@@ -357,7 +357,11 @@ async fn a_peer_slot_rebuilds_only_the_members_it_touched() {
     submit(&setup, publish("/x.md", "x1")).await.unwrap();
     let state = setup.state();
     let slow = Arc::new(TestStore::new(memory.clone()));
-    let a = start(slow.clone(), state.clone(), 1, |_| {});
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook_seen = seen.clone();
+    let a = start(slow.clone(), state.clone(), 1, move |c| {
+        c.on_committed = Some(Arc::new(move |s| hook_seen.lock().unwrap().push(s)));
+    });
     let peer = start(memory.clone(), state, 2, |_| {});
     slow.hold("log/");
     // Five large writes in one batch: each stages a blob before the slot create.
@@ -396,6 +400,15 @@ async fn a_peer_slot_rebuilds_only_the_members_it_touched() {
     let state = replayed(memory.as_ref()).await;
     assert!(state == a.state());
     assert_eq!(state.sequence(), 7);
+    // The hook reported the slot that beat this store, then its own.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(*seen.lock().unwrap(), [3, 7]);
+    // A refresh that installs a peer's slot is not this committer's news.
+    submit(&peer, publish("/later.md", "l")).await.unwrap();
+    a.refresh().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(*seen.lock().unwrap(), [3, 7]);
+    assert_eq!(a.state().sequence(), 8);
 }
 
 /// `stores` committers over one bucket, `writers` writers each: every acknowledged write is
