@@ -336,6 +336,7 @@ impl Committer {
             rx_open: true,
             queue: VecDeque::new(),
             batches: VecDeque::new(),
+            tail: shared.served.borrow().clone(),
             creating: None,
             staging: JoinSet::new(),
             staged: HashSet::new(),
@@ -520,17 +521,46 @@ enum Result1 {
 struct Member {
     pending: Pending,
     path: Option<DocPath>,
-    /// `None` until built.
-    result: Option<Result1>,
+    result: Result1,
 }
 
-struct Batch {
-    base: WorldState,
-    members: Vec<Member>,
+/// A batch's slot, settled when the batch reaches the front of the pipeline.
+struct Sealed {
     /// `None` when no member writes.
     slot: Option<EncodedSlot>,
     result: WorldState,
+}
+
+/// Members committed together. A batch stays open, taking newly queued members, until it
+/// reaches the front with nothing in flight; then it is sealed into its slot.
+struct Batch {
+    members: Vec<Member>,
+    /// The most members the batch takes.
+    cap: usize,
+    /// The state after every member, with provisional version locations: what later
+    /// members and batches build on.
+    working: WorldState,
+    inline_used: usize,
+    /// Blobs the batch's versions need created before its slot.
     blobs: Vec<(Hash, Bytes)>,
+    sealed: Option<Sealed>,
+}
+
+impl Batch {
+    fn open(working: WorldState, cap: usize) -> Batch {
+        Batch {
+            members: Vec::new(),
+            cap,
+            working,
+            inline_used: 0,
+            blobs: Vec::new(),
+            sealed: None,
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.sealed.is_none() && self.members.len() < self.cap
+    }
 }
 
 enum Event {
@@ -552,6 +582,8 @@ struct Actor {
     rx_open: bool,
     queue: VecDeque<Pending>,
     batches: VecDeque<Batch>,
+    /// The newest state this pipeline knows is committed: the base of the front's slot.
+    tail: WorldState,
     creating: Option<JoinHandle<CreateOutcome>>,
     staging: JoinSet<(Hash, Result<()>)>,
     staged: HashSet<Hash>,
@@ -646,7 +678,7 @@ impl Actor {
             .filter(|p| p.ticket.load(Ordering::SeqCst) == QUEUED)
             .filter_map(|p| p.request.deadline)
             .min();
-        let yield_until = self
+        let hold_until = self
             .yield_until
             .into_iter()
             .chain(self.handoff_until)
@@ -661,7 +693,7 @@ impl Actor {
                 ))))
             }
             Some(done) = self.staging.join_next(), if !self.staging.is_empty() => Event::Staged(done),
-            () = sleep_until_opt(yield_until), if yield_until.is_some() => Event::Timer,
+            () = sleep_until_opt(hold_until), if hold_until.is_some() => Event::Timer,
             () = sleep_until_opt(next_deadline), if next_deadline.is_some() => Event::Timer,
         };
         if !matches!(event, Event::Created(_)) {
@@ -712,112 +744,125 @@ impl Actor {
         self.queue = kept;
     }
 
-    /// Forms batches while the pipeline has room and requests wait.
+    /// Takes the next live request off the queue (abandoned ones are dropped).
+    fn take_next(&mut self) -> Option<Pending> {
+        while let Some(pending) = self.queue.pop_front() {
+            let was =
+                pending
+                    .ticket
+                    .compare_exchange(QUEUED, TAKEN, Ordering::SeqCst, Ordering::SeqCst);
+            // A re-queued member was taken before and stays taken.
+            if was.is_ok() || was == Err(TAKEN) {
+                return Some(pending);
+            }
+        }
+        None
+    }
+
+    /// Moves queued requests into open batches: the last batch while it has room, else a new
+    /// batch while the pipeline has room.
     async fn fill_pipeline(&mut self) {
-        while self.batches.len() < self.shared.config.pipeline && !self.queue.is_empty() {
-            let mut taken = Vec::new();
-            while taken.len() < self.limit {
-                let Some(pending) = self.queue.pop_front() else {
-                    break;
-                };
-                let was = pending.ticket.compare_exchange(
-                    QUEUED,
-                    TAKEN,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
-                // A re-queued member was taken before; an abandoned one is dropped.
-                if was.is_ok() || was == Err(TAKEN) {
-                    taken.push(pending);
-                }
+        loop {
+            let joinable = self.batches.back().is_some_and(Batch::has_room);
+            if !joinable && self.batches.len() >= self.shared.config.pipeline {
+                return;
             }
-            if taken.is_empty() {
-                continue;
-            }
-            let filled = taken.len() == self.limit;
-            self.shared.stats().batch_sizes.push(taken.len());
-            if filled && !self.queue.is_empty() {
-                self.limit = (self.limit * 2).min(self.shared.config.batch_max);
-            } else if !filled {
-                self.limit = self.shared.config.batch_start;
-            }
-            let base = match self.batches.back() {
-                Some(previous) => previous.result.clone(),
-                None => self.shared.served.borrow().clone(),
+            let Some(pending) = self.take_next() else {
+                return;
             };
-            let members = taken
-                .into_iter()
-                .map(|pending| Member {
-                    path: pending.request.mutation.path().ok(),
-                    pending,
-                    result: None,
-                })
-                .collect();
-            let batch = self.build_batch(base, members, None).await;
-            self.stage(&batch);
+            if !joinable {
+                let working = match self.batches.back() {
+                    Some(last) => last.working.clone(),
+                    None => {
+                        // Nothing in flight: start from the newest state known, which a
+                        // refresh may have moved past this pipeline's own.
+                        let served = self.shared.served.borrow().clone();
+                        if served.sequence() > self.tail.sequence() {
+                            self.tail = served;
+                        }
+                        self.tail.clone()
+                    }
+                };
+                self.batches.push_back(Batch::open(working, self.limit));
+            }
+            let mut batch = self.batches.pop_back().expect("a batch to join");
+            self.add_member(&mut batch, pending).await;
+            if batch.members.len() == batch.cap && !self.queue.is_empty() {
+                self.limit = (self.limit * 2).min(self.shared.config.batch_max);
+            }
             self.batches.push_back(batch);
         }
     }
 
-    /// Builds (or rebuilds) `members` on `base`. With `touched`, a member whose dependencies
-    /// the given paths do not reach keeps its earlier result; the others are rebuilt.
-    async fn build_batch(
+    /// Builds `pending` on the batch's working state and adds it.
+    async fn add_member(&mut self, batch: &mut Batch, mut pending: Pending) {
+        let path = pending.request.mutation.path().ok();
+        let result = self
+            .build_member(&mut batch.working, &mut pending, &mut batch.inline_used)
+            .await;
+        if let Some(blob) = blob_of(&result) {
+            self.stage_blob(&blob);
+            batch.blobs.push(blob);
+        }
+        batch.members.push(Member {
+            pending,
+            path,
+            result,
+        });
+    }
+
+    /// Rebuilds `members` on `base` after a lost race. A member whose dependencies the
+    /// touched paths do not reach keeps its result (its preconditions are not run again);
+    /// the others are rebuilt, and what they touch counts for the members after them.
+    async fn rebuild(
         &mut self,
         base: WorldState,
-        mut members: Vec<Member>,
-        mut touched: Option<Touched>,
+        members: Vec<Member>,
+        cap: usize,
+        mut touched: Touched,
     ) -> Batch {
-        let mut working = base.clone();
-        let mut inline_used = 0usize;
+        let mut batch = Batch::open(base, cap);
         let mut kept = 0u64;
         let mut rebuilt = 0u64;
-        for member in &mut members {
-            let keep = match &touched {
-                None => false,
-                Some(t) => member.result.is_some() && !t.reaches(member),
-            };
-            if keep {
-                if let Some(Result1::Write { change, .. }) = &mut member.result {
-                    // Kept writes keep their inline decision (a blob is already staged).
-                    let inline = change.entry.write.as_ref().and_then(|w| w.inline.as_ref());
-                    inline_used += inline.map_or(0, Bytes::len);
-                    if let Err(why) =
-                        working.apply_entry(&change.entry, Some(provisional_record(change)))
-                    {
-                        // Cannot happen when the dependency rule holds; rebuild to be safe.
-                        tracing::warn!("kept member no longer applies ({why}); rebuilding");
-                    } else {
-                        kept += 1;
-                        if let Some(doc) = working.doc(&change.entry.path) {
-                            let summary = doc.summary();
-                            if let Some(Result1::Write { summary: s, .. }) = &mut member.result {
-                                *s = summary;
-                            }
-                        }
-                        continue;
-                    }
-                } else {
+        for member in members {
+            if !touched.reaches(&member) {
+                let applies = match &member.result {
+                    Result1::Write { change, .. } => batch
+                        .working
+                        .apply_entry(&change.entry, Some(provisional_record(change)))
+                        .is_ok(),
+                    Result1::Answer(_) => true,
+                };
+                if applies {
                     kept += 1;
+                    let mut member = member;
+                    if let Result1::Write { change, summary } = &mut member.result {
+                        let inline = change.entry.write.as_ref().and_then(|w| w.inline.as_ref());
+                        batch.inline_used += inline.map_or(0, Bytes::len);
+                        if let Some(doc) = batch.working.doc(&change.entry.path) {
+                            *summary = doc.summary();
+                        }
+                    }
+                    if let Some(blob) = blob_of(&member.result) {
+                        self.stage_blob(&blob);
+                        batch.blobs.push(blob);
+                    }
+                    batch.members.push(member);
                     continue;
                 }
+                // Cannot happen while the dependency rule holds; rebuild to be safe.
+                tracing::warn!("a kept member no longer applies; rebuilding it");
             }
-            if touched.is_some() {
-                rebuilt += 1;
+            rebuilt += 1;
+            if let Some(path) = &member.path {
+                touched.paths.push(path.clone());
             }
-            member.result = Some(
-                self.build_member(&mut working, &mut member.pending, &mut inline_used)
-                    .await,
-            );
-            if let (Some(t), Some(path)) = (touched.as_mut(), &member.path) {
-                t.paths.push(path.clone());
-            }
+            self.add_member(&mut batch, member.pending).await;
         }
-        if touched.is_some() {
-            let mut stats = self.shared.stats();
-            stats.members_kept += kept;
-            stats.members_rebuilt += rebuilt;
-        }
-        self.seal(base, members)
+        let mut stats = self.shared.stats();
+        stats.members_kept += kept;
+        stats.members_rebuilt += rebuilt;
+        batch
     }
 
     async fn build_member(
@@ -919,96 +964,53 @@ impl Actor {
             .map_err(|why| Error::integrity(Op::Read, path.as_str(), why))
     }
 
-    /// Encodes the batch's slot on `base` and computes its result.
-    fn seal(&mut self, base: WorldState, mut members: Vec<Member>) -> Batch {
-        let entries: Vec<_> = members
+    /// Encodes the front batch's slot on the tail and computes its result.
+    fn seal(&self, batch: &Batch) -> Result<Sealed> {
+        let entries: Vec<_> = batch
+            .members
             .iter()
             .filter_map(|m| match &m.result {
-                Some(Result1::Write { change, .. }) => Some(change.entry.clone()),
-                _ => None,
+                Result1::Write { change, .. } => Some(change.entry.clone()),
+                Result1::Answer(_) => None,
             })
             .collect();
         if entries.is_empty() {
-            return Batch {
-                result: base.clone(),
-                base,
-                members,
+            return Ok(Sealed {
                 slot: None,
-                blobs: Vec::new(),
-            };
+                result: self.tail.clone(),
+            });
         }
-        let first = base.sequence() + 1;
+        let first = self.tail.sequence() + 1;
         let slot = Slot {
-            world: base.world(),
+            world: self.tail.world(),
             first,
             store: self.shared.config.store,
-            prev: base.tip(),
+            prev: self.tail.tip(),
             entries,
         };
         let key = keys::slot_key(&self.shared.config.prefix, first);
-        let sealed = EncodedSlot::encode(slot, &key).and_then(|encoded| {
-            let result = base.apply(&encoded)?;
-            Ok((encoded, result))
-        });
-        match sealed {
-            Ok((encoded, result)) => {
-                let blobs = members
-                    .iter()
-                    .filter_map(|m| match &m.result {
-                        Some(Result1::Write { change, .. }) => {
-                            let write = change.entry.write.as_ref()?;
-                            match (&write.inline, &change.version_bytes) {
-                                (None, Some(bytes)) => Some((write.hash, bytes.clone())),
-                                _ => None,
-                            }
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                Batch {
-                    base,
-                    members,
-                    slot: Some(encoded),
-                    result,
-                    blobs,
-                }
-            }
-            Err(e) => {
-                // The committer built something apply refuses: answer every writer with it
-                // rather than commit it.
-                tracing::error!("refusing to commit a slot that does not apply: {e}");
-                for member in &mut members {
-                    if matches!(member.result, Some(Result1::Write { .. })) {
-                        member.result = Some(Result1::Answer(Err(e.duplicate())));
-                    }
-                }
-                Batch {
-                    result: base.clone(),
-                    base,
-                    members,
-                    slot: None,
-                    blobs: Vec::new(),
-                }
-            }
-        }
+        let encoded = EncodedSlot::encode(slot, &key)?;
+        let result = self.tail.apply(&encoded)?;
+        Ok(Sealed {
+            slot: Some(encoded),
+            result,
+        })
     }
 
-    /// Starts creating the blobs `batch` needs that are not created or being created.
-    fn stage(&mut self, batch: &Batch) {
-        for (hash, bytes) in &batch.blobs {
-            if self.staged.contains(hash) || self.staging_now.contains(hash) {
-                continue;
-            }
-            self.stage_failed.remove(hash);
-            self.staging_now.insert(*hash);
-            let store = self.shared.store.clone();
-            let key = keys::blob_key(&self.shared.config.prefix, hash);
-            let bytes = bytes.clone();
-            let hash = *hash;
-            let retry = self.retry_policy();
-            self.staging
-                .spawn(async move { (hash, create_blob(store, key, bytes, retry).await) });
+    /// Starts creating a blob unless it is created or being created.
+    fn stage_blob(&mut self, (hash, bytes): &(Hash, Bytes)) {
+        if self.staged.contains(hash) || self.staging_now.contains(hash) {
+            return;
         }
+        self.stage_failed.remove(hash);
+        self.staging_now.insert(*hash);
+        let store = self.shared.store.clone();
+        let key = keys::blob_key(&self.shared.config.prefix, hash);
+        let bytes = bytes.clone();
+        let hash = *hash;
+        let retry = self.retry_policy();
+        self.staging
+            .spawn(async move { (hash, create_blob(store, key, bytes, retry).await) });
     }
 
     fn retry_policy(&self) -> RetryPolicy {
@@ -1021,19 +1023,14 @@ impl Actor {
         }
     }
 
-    /// Moves the front of the pipeline: answers batches with nothing to create, fails one
-    /// whose blobs could not be staged, and starts the next slot create when its blobs are in
-    /// and no yield is pending.
+    /// Moves the front of the pipeline: fails a batch whose blobs could not be staged; once
+    /// nothing is in flight, no pause is pending and its blobs are in, seals the front and
+    /// answers it at once when it writes nothing, or starts creating its slot.
     fn advance_front(&mut self) {
         while self.creating.is_none() {
             let Some(front) = self.batches.front() else {
                 return;
             };
-            if front.slot.is_none() {
-                let batch = self.batches.pop_front().expect("front exists");
-                answer_batch(batch, None);
-                continue;
-            }
             if let Some(err) = front
                 .blobs
                 .iter()
@@ -1048,21 +1045,48 @@ impl Actor {
                 self.requeue_later_batches();
                 continue;
             }
-            if !front.blobs.iter().all(|(h, _)| self.staged.contains(h)) {
-                return;
+            if front.sealed.is_none() {
+                if !front.blobs.iter().all(|(h, _)| self.staged.contains(h))
+                    || self.closing.is_some()
+                {
+                    return;
+                }
+                let now = Instant::now();
+                if self.yield_until.is_some_and(|until| now < until)
+                    || self.handoff_until.is_some_and(|until| now < until)
+                {
+                    return;
+                }
+                self.yield_until = None;
+                self.handoff_until = None;
+                let sealed = self.seal(front);
+                let size = front.members.len();
+                let short = size < front.cap;
+                self.shared.stats().batch_sizes.push(size);
+                if short {
+                    self.limit = self.shared.config.batch_start;
+                }
+                match sealed {
+                    Ok(sealed) => {
+                        self.batches.front_mut().expect("front exists").sealed = Some(sealed);
+                    }
+                    Err(e) => {
+                        // The committer built something apply refuses: answer its writers
+                        // with that rather than commit it.
+                        tracing::error!("refusing to commit a slot that does not apply: {e}");
+                        let batch = self.batches.pop_front().expect("front exists");
+                        fail_batch(batch, &e);
+                        self.requeue_later_batches();
+                        continue;
+                    }
+                }
             }
-            if self.closing.is_some() {
-                return;
-            }
-            let now = Instant::now();
-            if self.yield_until.is_some_and(|until| now < until)
-                || self.handoff_until.is_some_and(|until| now < until)
-            {
-                return;
-            }
-            self.yield_until = None;
-            self.handoff_until = None;
-            let slot = front.slot.as_ref().expect("checked above");
+            let front = self.batches.front().expect("front exists");
+            let Some(slot) = front.sealed.as_ref().and_then(|s| s.slot.as_ref()) else {
+                let batch = self.batches.pop_front().expect("front exists");
+                answer_batch(batch, None);
+                continue;
+            };
             let store = self.shared.store.clone();
             let key = keys::slot_key(&self.shared.config.prefix, slot.slot.first);
             let bytes = slot.bytes.clone();
@@ -1077,20 +1101,24 @@ impl Actor {
         let Some(front) = self.batches.pop_front() else {
             return;
         };
+        let Some(sealed) = front.sealed.as_ref() else {
+            return;
+        };
         match outcome {
             CreateOutcome::Won => {
-                self.shared.install(&front.result);
-                self.shared.report(front.result.sequence());
+                self.tail = sealed.result.clone();
+                self.shared.install(&self.tail);
+                self.shared.report(self.tail.sequence());
                 self.shared.stats().slots_won += 1;
                 self.lost_streak = 0;
-                if let Some(slot) = &front.slot {
+                let first = sealed.slot.as_ref().map(|s| s.slot.first);
+                if let Some(slot) = &sealed.slot {
                     self.own_slots
                         .push_back((slot.slot.first, slot.slot.last()));
                     if self.own_slots.len() > 64 {
                         self.own_slots.pop_front();
                     }
                 }
-                let first = front.slot.as_ref().map(|s| s.slot.first);
                 // Forget staged blobs no batch still waits on, so the set stays small.
                 for (hash, _) in &front.blobs {
                     let needed = self
@@ -1121,7 +1149,7 @@ impl Actor {
                 if winner.slot.store != self.shared.config.store {
                     self.shared.note_peer();
                 }
-                let next = match front.base.apply(&winner) {
+                let mut next = match self.tail.apply(&winner) {
                     Ok(next) => next,
                     Err(e) => {
                         tracing::error!("the slot that won our name does not apply: {e}");
@@ -1130,7 +1158,6 @@ impl Actor {
                         return;
                     }
                 };
-                let mut next = next;
                 let mut touched = Touched::default();
                 touched.add(&winner, self.shared.config.policy_path.as_ref());
                 self.lost_streak += 1;
@@ -1157,11 +1184,12 @@ impl Actor {
                         tracing::warn!("catching up after a lost race stopped early: {e}");
                     }
                 }
+                self.tail = next.clone();
                 self.shared.install(&next);
                 self.shared.report(next.sequence());
                 self.requeue_later_batches();
-                let rebuilt = self.build_batch(next, front.members, Some(touched)).await;
-                self.stage(&rebuilt);
+                let cap = front.cap;
+                let rebuilt = self.rebuild(next, front.members, cap, touched).await;
                 self.batches.push_front(rebuilt);
             }
             CreateOutcome::Failed(err) => {
@@ -1182,6 +1210,20 @@ impl Actor {
         for pending in later.into_iter().rev() {
             self.queue.push_front(pending);
         }
+    }
+}
+
+/// The blob a member's version needs, if it is not inline.
+fn blob_of(result: &Result1) -> Option<(Hash, Bytes)> {
+    match result {
+        Result1::Write { change, .. } => {
+            let write = change.entry.write.as_ref()?;
+            match (&write.inline, &change.version_bytes) {
+                (None, Some(bytes)) => Some((write.hash, bytes.clone())),
+                _ => None,
+            }
+        }
+        Result1::Answer(_) => None,
     }
 }
 
@@ -1225,21 +1267,12 @@ fn provisional_record(change: &Change) -> VersionRecord {
     }
 }
 
-fn unbuilt(pending: &Pending) -> Error {
-    Error::new(
-        pending.request.mutation.op(),
-        pending.request.mutation.raw_path(),
-        ErrorKind::Integrity,
-        "answered before it was built",
-    )
-}
-
 /// Answers every member of a confirmed batch (`first`: its slot's first sequence).
 fn answer_batch(batch: Batch, first: Option<u64>) {
     let mut index = 0u64;
     for member in batch.members {
         let answer = match member.result {
-            Some(Result1::Write { change, summary }) => {
+            Result1::Write { change, summary } => {
                 let sequence = first.map(|f| f + index);
                 index += 1;
                 Ok(Outcome {
@@ -1249,8 +1282,7 @@ fn answer_batch(batch: Batch, first: Option<u64>) {
                     prune: change.prune,
                 })
             }
-            Some(Result1::Answer(answer)) => answer,
-            None => Err(unbuilt(&member.pending)),
+            Result1::Answer(answer) => answer,
         };
         let _ = member.pending.reply.send(answer);
     }
@@ -1260,9 +1292,8 @@ fn answer_batch(batch: Batch, first: Option<u64>) {
 fn fail_batch(batch: Batch, err: &Error) {
     for member in batch.members {
         let answer = match member.result {
-            Some(Result1::Write { .. }) => Err(err.duplicate()),
-            Some(Result1::Answer(answer)) => answer,
-            None => Err(unbuilt(&member.pending)),
+            Result1::Write { .. } => Err(err.duplicate()),
+            Result1::Answer(answer) => answer,
         };
         let _ = member.pending.reply.send(answer);
     }

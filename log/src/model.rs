@@ -76,7 +76,6 @@ impl DocState {
             etag: self.head.hash,
             body_hash: self.body_hash,
             modified: self.modified,
-            metadata_len: self.catalog.metadata.len(),
         }
     }
 
@@ -101,6 +100,4 @@ pub struct DocSummary {
     pub etag: Hash,
     pub body_hash: Hash,
     pub modified: Timestamp,
-    /// How many publisher metadata keys the current version holds.
-    pub metadata_len: usize,
 }

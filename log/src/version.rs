@@ -12,11 +12,13 @@
 //! ```
 //!
 //! `version` always comes first; `previous-hash` follows for every version but the first;
-//! then the OKF names bare in [`OKF_KEYS`](crate::metadata::OKF_KEYS) order (tags as a
+//! then the OKF names bare in [`OKF_KEYS`] order (tags as a
 //! `[a, b]` list), then every other key with a `meta.` prefix in key order. Each line is
 //! `key: value` with the value verbatim to the end of the line. The body follows the closing
 //! fence byte for byte, so a body that starts with its own `---` block survives untouched.
 //! Decoding is strict: bytes that do not re-encode identically are refused.
+//!
+//! [`OKF_KEYS`]: crate::metadata::OKF_KEYS
 
 use bytes::Bytes;
 

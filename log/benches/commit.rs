@@ -1,0 +1,210 @@
+//! Commit throughput and latency of one store on a simulated bucket.
+//!
+//! The bucket is the memory driver behind a seeded latency model of small creates on real
+//! GCS (p50 about 40 ms, p99 about 50 ms; reads about 30 ms). Time is tokio's paused clock,
+//! so each measurement reports *simulated* time: `saturation` is writes acknowledged per
+//! simulated second with a deep queue; `open_loop_250` offers 250 writes/s and reports the
+//! p99 acknowledge latency as its time (p50/p99/p999 and objects/bytes per write are printed).
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use quire_blob::memory::MemoryStore;
+use quire_blob::{Attributes, BlobStore, Generation, ListPage, Metered, Object, Op, Result};
+use quire_log::build::Mutation;
+use quire_log::commit::{Committer, CommitterConfig, WriteRequest};
+use quire_log::{ManualClock, StoreId, Timestamp, WorldId, WorldState};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// Latency: `floor` plus an exponential tail with mean `tail` (milliseconds).
+#[derive(Debug)]
+struct Simulated {
+    inner: Arc<dyn BlobStore>,
+    rng: Mutex<SmallRng>,
+}
+
+impl Simulated {
+    async fn pause(&self, floor: f64, tail: f64) {
+        let u: f64 = self.rng.lock().unwrap().random_range(0.0..1.0);
+        let millis = floor - tail * (1.0 - u).ln();
+        tokio::time::sleep(Duration::from_micros((millis * 1000.0) as u64)).await;
+    }
+}
+
+#[async_trait]
+impl BlobStore for Simulated {
+    async fn create(&self, key: &str, data: Bytes) -> Result<Attributes> {
+        self.pause(37.0, 3.0).await;
+        self.inner.create(key, data).await
+    }
+    async fn get(&self, key: &str) -> Result<Object> {
+        self.pause(27.0, 3.0).await;
+        self.inner.get(key).await
+    }
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        self.pause(27.0, 3.0).await;
+        self.inner.get_range(key, range).await
+    }
+    async fn head(&self, key: &str) -> Result<Attributes> {
+        self.pause(11.0, 1.0).await;
+        self.inner.head(key).await
+    }
+    async fn replace(&self, key: &str, generation: &Generation, data: Bytes) -> Result<Attributes> {
+        self.pause(37.0, 3.0).await;
+        self.inner.replace(key, generation, data).await
+    }
+    async fn delete(&self, key: &str, generation: &Generation) -> Result<()> {
+        self.pause(20.0, 3.0).await;
+        self.inner.delete(key, generation).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        cursor: Option<&str>,
+    ) -> Result<ListPage> {
+        self.pause(30.0, 5.0).await;
+        self.inner.list(prefix, start_after, cursor).await
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+fn committer(seed: u64) -> (Committer, Metered) {
+    let simulated: Arc<dyn BlobStore> = Arc::new(Simulated {
+        inner: Arc::new(MemoryStore::new()),
+        rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+    });
+    let metered = Metered::new(simulated);
+    let world = WorldId([1; 16]);
+    let config = CommitterConfig {
+        prefix: "bench/".into(),
+        store: StoreId([2; 16]),
+        seed,
+        ..CommitterConfig::default()
+    };
+    let c = Committer::start(
+        Arc::new(metered.clone()),
+        WorldState::genesis(world),
+        Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
+        config,
+    );
+    (c, metered)
+}
+
+/// A small create: a ~300-byte body with a little metadata.
+fn write(i: u64) -> WriteRequest {
+    let metadata = [
+        ("type".to_owned(), "Note".to_owned()),
+        ("tags".to_owned(), "bench".to_owned()),
+    ]
+    .into();
+    WriteRequest::new(Mutation::Publish {
+        path: format!("/docs/{}/{i}.md", i % 97),
+        expected: None,
+        body: Bytes::from(format!(
+            "# Note {i}\n\n{}\n",
+            "lorem ipsum dolor sit amet ".repeat(10)
+        )),
+        metadata,
+    })
+}
+
+const SATURATION_WRITES: u64 = 2000;
+
+/// Simulated time to acknowledge `SATURATION_WRITES` writes offered at once.
+fn saturation_run(seed: u64) -> Duration {
+    runtime().block_on(async {
+        let (c, _) = committer(seed);
+        let start = tokio::time::Instant::now();
+        let writes = (0..SATURATION_WRITES).map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move { c.submit(write(i)).await })
+        });
+        for w in futures::future::join_all(writes).await {
+            w.unwrap().unwrap();
+        }
+        start.elapsed()
+    })
+}
+
+struct OpenLoop {
+    latencies: Vec<Duration>,
+    creates_per_write: f64,
+    bytes_per_write: f64,
+}
+
+/// 250 writes/s for `seconds` simulated seconds, each write timed from its offer.
+fn open_loop_run(seed: u64, seconds: u64) -> OpenLoop {
+    runtime().block_on(async {
+        let (c, metered) = committer(seed);
+        let count = 250 * seconds;
+        let start = tokio::time::Instant::now();
+        let mut tasks = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let offered = start + Duration::from_millis(i * 4);
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep_until(offered).await;
+                c.submit(write(i)).await.unwrap();
+                offered.elapsed()
+            }));
+        }
+        let mut latencies = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            latencies.push(t.await.unwrap());
+        }
+        latencies.sort_unstable();
+        let reading = metered.reading();
+        OpenLoop {
+            latencies,
+            creates_per_write: reading.requests(Op::Create) as f64 / count as f64,
+            bytes_per_write: reading.bytes_up as f64 / count as f64,
+        }
+    })
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("commit");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(SATURATION_WRITES));
+    group.bench_function("saturation_simulated", |b| {
+        b.iter_custom(|iters| (0..iters).map(saturation_run).sum())
+    });
+    let summary = open_loop_run(7, 10);
+    eprintln!(
+        "open loop 250 writes/s for 10 s (simulated): p50 {:?} p99 {:?} p999 {:?}; {:.3} creates/write, {:.0} bytes up/write",
+        percentile(&summary.latencies, 0.50),
+        percentile(&summary.latencies, 0.99),
+        percentile(&summary.latencies, 0.999),
+        summary.creates_per_write,
+        summary.bytes_per_write,
+    );
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("open_loop_250_p99_simulated", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|i| percentile(&open_loop_run(i, 4).latencies, 0.99))
+                .sum()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
