@@ -3,19 +3,21 @@
 //!
 //! # How a write travels
 //!
-//! 1. [`Committer::submit`] queues the request with a fresh operation id. No timer: whenever
-//!    the pipeline has room, the committer takes what is queued, up to the batch limit. The
-//!    limit starts at [`CommitterConfig::batch_start`] and doubles up to
-//!    [`CommitterConfig::batch_max`] while batches fill and the queue stays deep; a short
-//!    batch resets it.
+//! 1. [`Committer::submit`] queues the request with a fresh operation id. There is no
+//!    timer: whatever is queued joins the newest open batch at once.
 //! 2. Members build in queue order, each on the tip plus the members before it. A member
 //!    whose precondition fails (conflict, archived, collision, quota, policy) or that changes
 //!    nothing gets its own answer; the others become the slot's entries. Version bytes up to
-//!    the inline limit ride in the slot; larger ones are staged as blobs.
+//!    the inline limit ride in the slot; larger ones are staged as blobs at once.
 //! 3. Up to [`CommitterConfig::pipeline`] batches exist at once: the one whose slot is being
-//!    created and the ones built and staged behind it, each on the previous one's result.
-//!    Slot `k + 1` is created only after slot `k` is confirmed, and every member (answers
-//!    included) is answered only once its batch's base is confirmed.
+//!    created and the ones built and staged behind it, each on the previous one's result. A
+//!    batch takes members until it holds its limit, which starts at
+//!    [`CommitterConfig::batch_start`] and doubles up to [`CommitterConfig::batch_max`] while
+//!    batches fill and the queue stays deep (a short batch resets it). A batch is sealed into
+//!    its slot when it reaches the front with nothing in flight, so writes that arrive while
+//!    slot `k` is being created ride slot `k + 1`. Slot `k + 1` is created only after slot
+//!    `k` is confirmed, and every member (answers included) is answered only once its batch's
+//!    base is confirmed.
 //! 4. The slot create is decided without guessing: an ambiguous or failed-with-retry create
 //!    is read back: absent → the identical create is retried; our bytes → won; other bytes
 //!    → lost.
@@ -45,6 +47,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::FutureExt;
 use quire_blob::BlobStore;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -190,7 +193,7 @@ pub struct Outcome {
 /// Counters for tests and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CommitStats {
-    /// Members taken from the queue per batch formed, in order.
+    /// Members per batch sealed, in order (a batch rebuilt after a lost race counts again).
     pub batch_sizes: Vec<usize>,
     pub slots_won: u64,
     pub slots_lost: u64,
@@ -347,7 +350,8 @@ impl Committer {
             handoff_until: None,
             own_slots: VecDeque::new(),
             lost_streak: 0,
-            cache: VersionCache::default(),
+            cache: Arc::default(),
+            warming: Arc::default(),
             closing: None,
         };
         tokio::spawn(actor.run());
@@ -507,6 +511,9 @@ impl VersionCache {
     }
 }
 
+/// A read-ahead of version bytes that several waiters can await.
+type Warming = futures::future::Shared<futures::future::BoxFuture<'static, Option<Bytes>>>;
+
 /// What one member of a batch came to.
 enum Result1 {
     /// An entry of the batch's slot.
@@ -596,7 +603,10 @@ struct Actor {
     own_slots: VecDeque<(u64, u64)>,
     /// Races lost since the last win.
     lost_streak: u32,
-    cache: VersionCache,
+    /// Version bytes by hash, shared with warm-up reads.
+    cache: Arc<Mutex<VersionCache>>,
+    /// Reads ahead for queued appends, by version hash; a build waits on one in flight.
+    warming: Arc<Mutex<HashMap<Hash, Warming>>>,
     closing: Option<Vec<oneshot::Sender<()>>>,
 }
 
@@ -642,6 +652,68 @@ impl Actor {
         }
     }
 
+    fn cache_insert(&self, hash: Hash, bytes: Bytes) {
+        self.cache
+            .lock()
+            .expect("cache lock poisoned")
+            .insert(hash, bytes);
+    }
+
+    /// Reads ahead the current version an append will build on, while it waits in the queue,
+    /// so building its batch needs no read (once per version).
+    fn warm(&self, mutation: &Mutation) {
+        let Mutation::Append { .. } = mutation else {
+            return;
+        };
+        let Ok(path) = mutation.path() else {
+            return;
+        };
+        let Some(record) = self
+            .shared
+            .served
+            .borrow()
+            .doc(&path)
+            .map(|d| d.head.clone())
+        else {
+            return;
+        };
+        if self
+            .cache
+            .lock()
+            .expect("cache lock poisoned")
+            .get(&record.hash)
+            .is_some()
+        {
+            return;
+        }
+        let mut warming = self.warming.lock().expect("warming lock poisoned");
+        if warming.contains_key(&record.hash) {
+            return;
+        }
+        let store = self.shared.store.clone();
+        let prefix = self.shared.config.prefix.clone();
+        let cache = self.cache.clone();
+        let registry = self.warming.clone();
+        let hash = record.hash;
+        let read: futures::future::BoxFuture<'static, Option<Bytes>> = Box::pin(async move {
+            let bytes = read_version(store.as_ref(), &prefix, &record).await.ok();
+            if let Some(bytes) = &bytes {
+                cache
+                    .lock()
+                    .expect("cache lock poisoned")
+                    .insert(hash, bytes.clone());
+            }
+            registry
+                .lock()
+                .expect("warming lock poisoned")
+                .remove(&hash);
+            bytes
+        });
+        let shared = read.shared();
+        warming.insert(hash, shared.clone());
+        tokio::spawn(shared);
+    }
+
     fn receive(&mut self, msg: Msg) {
         match msg {
             Msg::Submit(pending) => {
@@ -649,6 +721,7 @@ impl Actor {
                     let err = closed_error(&pending);
                     let _ = pending.reply.send(Err(err));
                 } else {
+                    self.warm(&pending.request.mutation);
                     self.queue.push_back(pending);
                 }
             }
@@ -910,7 +983,7 @@ impl Actor {
             return Result1::Answer(Err(e));
         }
         if let (Some(write), Some(bytes)) = (change.entry.write.as_mut(), &change.version_bytes) {
-            self.cache.insert(write.hash, bytes.clone());
+            self.cache_insert(write.hash, bytes.clone());
             if bytes.len() <= config.inline_limit
                 && *inline_used + bytes.len() <= config.slot_inline_budget
             {
@@ -945,7 +1018,23 @@ impl Actor {
             return Ok(None);
         };
         let record = doc.head.clone();
-        let bytes = match self.cache.get(&record.hash) {
+        let mut cached = self
+            .cache
+            .lock()
+            .expect("cache lock poisoned")
+            .get(&record.hash);
+        if cached.is_none() {
+            let warming = self
+                .warming
+                .lock()
+                .expect("warming lock poisoned")
+                .get(&record.hash)
+                .cloned();
+            if let Some(read) = warming {
+                cached = read.await;
+            }
+        }
+        let bytes = match cached {
             Some(bytes) => bytes,
             None => {
                 let bytes = read_version(
@@ -955,7 +1044,7 @@ impl Actor {
                 )
                 .await
                 .map_err(|e| Error::new(mutation.op(), path.as_str(), e.kind(), e.to_string()))?;
-                self.cache.insert(record.hash, bytes.clone());
+                self.cache_insert(record.hash, bytes.clone());
                 bytes
             }
         };

@@ -16,6 +16,7 @@
 //! | [`version`] | the stored version bytes (store frontmatter + verbatim body) |
 //! | [`model`] | document state, version records and where their bytes live |
 //! | [`state`] | the persistent world state and [`WorldState::apply`] |
+//! | [`build`] | judging one write against a state and building its entry |
 //! | [`slot`] | the slot object: canonical CBOR, strict decoding |
 //! | [`marker`] | the world marker and the genesis tip |
 //! | [`tip`] | probing the next slot name, listing fallback, replay |

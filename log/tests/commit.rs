@@ -663,3 +663,31 @@ async fn preconditions_run_after_store_checks_and_again_when_the_policy_changes(
     assert_eq!(check.0.load(Ordering::SeqCst), 2);
     assert_eq!(a.stats().members_rebuilt, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn queued_appends_warm_their_document_once() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let writer = start(memory.clone(), WorldState::genesis(WORLD), 9, |_| {});
+    submit(&writer, publish("/log.md", "start")).await.unwrap();
+    submit(&writer, publish("/other.md", "x")).await.unwrap();
+    let metered = quire_blob::Metered::new(memory.clone());
+    let reader = start(Arc::new(metered.clone()), writer.state(), 1, |_| {});
+    let before = metered.reading();
+    let (a, b) = tokio::join!(
+        submit(&reader, append("/log.md", 1, "one")),
+        submit(&reader, append("/log.md", 2, "two")),
+    );
+    assert_eq!((a.unwrap().doc.version, b.unwrap().doc.version), (2, 3));
+    let reads = metered.reading().since(&before);
+    assert_eq!(
+        reads.requests(quire_blob::Op::GetRange) + reads.requests(quire_blob::Op::Get),
+        1
+    );
+    let state = replayed(memory.as_ref()).await;
+    let doc = state.doc(&DocPath::parse("/log.md").unwrap()).unwrap();
+    let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, &doc.head)
+        .await
+        .unwrap();
+    let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
+    assert_eq!(stored.body, "start\none\ntwo");
+}
