@@ -1130,8 +1130,7 @@ impl Actor {
                     self.stage_failed.remove(h);
                 }
                 let batch = self.batches.pop_front().expect("front exists");
-                fail_batch(batch, &err);
-                self.requeue_later_batches();
+                self.fail_front(batch, &err);
                 continue;
             }
             if front.sealed.is_none() {
@@ -1164,8 +1163,7 @@ impl Actor {
                         // with that rather than commit it.
                         tracing::error!("refusing to commit a slot that does not apply: {e}");
                         let batch = self.batches.pop_front().expect("front exists");
-                        fail_batch(batch, &e);
-                        self.requeue_later_batches();
+                        self.fail_front(batch, &e);
                         continue;
                     }
                 }
@@ -1242,8 +1240,7 @@ impl Actor {
                     Ok(next) => next,
                     Err(e) => {
                         tracing::error!("the slot that won our name does not apply: {e}");
-                        fail_batch(front, &e);
-                        self.requeue_later_batches();
+                        self.fail_front(front, &e);
                         return;
                     }
                 };
@@ -1281,10 +1278,26 @@ impl Actor {
                 let rebuilt = self.rebuild(next, front.members, cap, touched).await;
                 self.batches.push_front(rebuilt);
             }
-            CreateOutcome::Failed(err) => {
-                fail_batch(front, &err);
-                self.requeue_later_batches();
+            CreateOutcome::Failed(err) => self.fail_front(front, &err),
+        }
+    }
+
+    /// Answers the writers of the (popped) front batch with `err`, and returns everything
+    /// judged on its writes to the queue: its other members (their answers assumed writes
+    /// that did not commit) and every batch behind it.
+    fn fail_front(&mut self, batch: Batch, err: &Error) {
+        let mut rejudge = Vec::new();
+        for member in batch.members {
+            match member.result {
+                Result1::Write { .. } => {
+                    let _ = member.pending.reply.send(Err(err.duplicate()));
+                }
+                Result1::Answer(_) => rejudge.push(member.pending),
             }
+        }
+        self.requeue_later_batches();
+        for pending in rejudge.into_iter().rev() {
+            self.queue.push_front(pending);
         }
     }
 
@@ -1371,17 +1384,6 @@ fn answer_batch(batch: Batch, first: Option<u64>) {
                     prune: change.prune,
                 })
             }
-            Result1::Answer(answer) => answer,
-        };
-        let _ = member.pending.reply.send(answer);
-    }
-}
-
-/// Answers every writer of a batch with `err`; members with their own answers keep them.
-fn fail_batch(batch: Batch, err: &Error) {
-    for member in batch.members {
-        let answer = match member.result {
-            Result1::Write { .. } => Err(err.duplicate()),
             Result1::Answer(answer) => answer,
         };
         let _ = member.pending.reply.send(answer);

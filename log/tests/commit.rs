@@ -570,12 +570,17 @@ async fn unapplied_failures_are_retried_and_hard_failures_answered() {
     test.ambiguous_after_apply("blobs/", 1);
     let big = "z".repeat(9000);
     submit(&c, publish("/big.md", &big)).await.unwrap();
-    // A failure that is not retryable answers the batch's writers with it; later writes go on.
+    // A failure that is not retryable answers the batch's writers with it; members judged on
+    // those writes are judged again; later writes go on.
     test.fail_before_apply("log/", quire_blob::ErrorKind::Integrity, 1);
-    let err = submit(&c, publish("/b.md", "b")).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Integrity);
+    let (err, under) = tokio::join!(
+        submit(&c, publish("/b.md", "b")),
+        submit(&c, publish("/b.md/under.md", "u")),
+    );
+    assert_eq!(err.unwrap_err().kind(), ErrorKind::Integrity);
+    assert_eq!(under.unwrap().sequence, Some(4));
     let after = submit(&c, publish("/c.md", "c")).await.unwrap();
-    assert_eq!(after.sequence, Some(4));
+    assert_eq!(after.sequence, Some(5));
     let state = replayed(memory.as_ref()).await;
     assert!(state == c.state());
     assert_eq!(doc_version(&state, "/b.md"), None);
