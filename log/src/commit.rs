@@ -445,12 +445,19 @@ impl Committer {
     /// Brings the served state to the log's tip (probe, then replay) and returns it.
     pub async fn refresh(&self) -> Result<WorldState> {
         let mut state = self.state();
-        let result = tip::catch_up(
+        let own = self.shared.config.store;
+        let mut peer = false;
+        let result = tip::catch_up_observed(
             self.shared.store.as_ref(),
             &self.shared.config.prefix,
             &mut state,
+            |slot| peer |= slot.slot.store != own,
         )
         .await;
+        if peer {
+            // Another store writes this world: yield after wins (see the module docs).
+            self.shared.note_peer();
+        }
         self.shared.install(&state);
         result.map(|_| self.state())
     }

@@ -40,11 +40,22 @@ pub async fn catch_up(
     prefix: &str,
     state: &mut WorldState,
 ) -> Result<usize> {
+    catch_up_observed(store, prefix, state, |_| {}).await
+}
+
+/// [`catch_up`], showing each slot to `observe` after it applied.
+pub async fn catch_up_observed(
+    store: &dyn BlobStore,
+    prefix: &str,
+    state: &mut WorldState,
+    mut observe: impl FnMut(&EncodedSlot),
+) -> Result<usize> {
     let Some(next) = read_slot(store, prefix, state.sequence() + 1).await? else {
         return Ok(0);
     };
     *state = state.apply(&next)?;
-    Ok(1 + replay(store, prefix, state).await?)
+    observe(&next);
+    Ok(1 + replay_observed(store, prefix, state, observe).await?)
 }
 
 /// Applies every slot after `state.sequence()` found by listing the log. On error `state`
