@@ -297,7 +297,7 @@ fn state_indexes_follow_documents() {
             publish("/attic/old.md", "o"),
             publish("/nested/a/x.md", "same"),
             publish("/.hidden.md", "h"),
-            publish("/work/.scratch.md", "s"),
+            publish("/notes/.scratch.md", "s"),
         ],
         true,
         &mut bases,
@@ -320,7 +320,7 @@ fn state_indexes_follow_documents() {
     assert_eq!(names("/nested", false), ["a"]);
     assert!(state.list("/", "", 0, false)[1].is_dir);
     assert_eq!(state.list("/", "gone.md", 1, true)[0].name, "live.md");
-    assert!(state.is_dir("/") && state.is_dir("/nested/a") && state.is_dir("/work"));
+    assert!(state.is_dir("/") && state.is_dir("/nested/a") && state.is_dir("/notes"));
     assert!(!state.is_dir("/live.md") && !state.is_dir("/missing"));
     // Smallest live path wins for a shared body; archived documents drop out.
     let same = Hash::of(b"same");

@@ -1,4 +1,4 @@
-//! Helpers shared by the integration tests: building valid slots by hand.
+//! Code shared by the integration tests: building valid slots by hand.
 #![allow(dead_code)]
 
 pub mod stores;
@@ -45,7 +45,7 @@ pub fn archive(path: &str, archived: bool) -> Mutation {
     }
 }
 
-/// Builds a change on `state` (test helper: no quota, fixed clock, inline bytes when
+/// Builds a change on `state` (for tests: no quota, fixed clock, inline bytes when
 /// `inline`). Appends read their base from the head's inline bytes.
 pub fn change(
     state: &WorldState,
