@@ -131,7 +131,8 @@ fn unescape(text: &str) -> Option<Vec<u8>> {
             let high = hex_value(*bytes.get(at + 1)?)?;
             let low = hex_value(*bytes.get(at + 2)?)?;
             let decoded = (high << 4) | low;
-            if is_plain(decoded) {
+            // Plain bytes are never escaped, and a segment never holds `/`.
+            if is_plain(decoded) || decoded == b'/' {
                 return None;
             }
             out.push(decoded);
@@ -244,6 +245,13 @@ fn io_failure(op: Op, key: &str, kind: ErrorKind, what: &str, err: io::Error) ->
 
 fn fsync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Opens the directory a mutation publishes into, before publishing: once the object is in
+/// place another process may delete it and remove the directory before it is fsynced.
+fn open_dir(op: Op, key: &str, dir: &Path) -> Result<File> {
+    File::open(dir)
+        .map_err(|err| io_failure(op, key, ErrorKind::Unavailable, "open directory", err))
 }
 
 /// An open, header-checked object file.
@@ -535,6 +543,7 @@ impl FileStore {
                     ));
                 }
             };
+            let dir = open_dir(op, key, &path.parent)?;
             match fs::hard_link(&temp.path, &path.object) {
                 Ok(()) => {}
                 Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
@@ -544,7 +553,7 @@ impl FileStore {
             }
             let attributes = temp.attributes(op, key)?;
             drop(temp);
-            fsync_dir(&path.parent)
+            dir.sync_all()
                 .map_err(|err| io_failure(op, key, ErrorKind::Ambiguous, "fsync directory", err))?;
             return Ok(attributes);
         }
@@ -660,10 +669,12 @@ impl FileStore {
         if current.generation != expected.as_str() {
             return Err(differs());
         }
+        let dir = open_dir(op, key, &path.parent)?;
         fs::rename(&temp.path, &path.object)
             .map_err(|err| io_failure(op, key, ErrorKind::Unavailable, "rename", err))?;
         temp.renamed = true;
-        let fsynced = fsync_dir(&path.parent)
+        let fsynced = dir
+            .sync_all()
             .map_err(|err| io_failure(op, key, ErrorKind::Ambiguous, "fsync directory", err));
         drop(current);
         fsynced?;
@@ -684,9 +695,11 @@ impl FileStore {
                 "generation differs",
             ));
         }
+        let dir = open_dir(op, key, &path.parent)?;
         fs::remove_file(&path.object)
             .map_err(|err| io_failure(op, key, ErrorKind::Unavailable, "unlink", err))?;
-        let fsynced = fsync_dir(&path.parent)
+        let fsynced = dir
+            .sync_all()
             .map_err(|err| io_failure(op, key, ErrorKind::Ambiguous, "fsync directory", err));
         drop(current);
         self.remove_empty_dirs(&path.dirs);
