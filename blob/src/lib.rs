@@ -102,7 +102,8 @@ pub trait BlobStore: Send + Sync + std::fmt::Debug {
     /// One page of keys under `prefix` sorting strictly after `start_after` (empty: from the
     /// start), continuing from `cursor` when given. The cursor is bound to `prefix` and
     /// `start_after`; reusing it with others is [`ErrorKind::Precondition`].
-    async fn list(&self, prefix: &str, start_after: &str, cursor: Option<&str>) -> Result<ListPage>;
+    async fn list(&self, prefix: &str, start_after: &str, cursor: Option<&str>)
+    -> Result<ListPage>;
 }
 
 /// Lists every key under `prefix` after `start_after`, following cursors to the end.
