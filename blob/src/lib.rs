@@ -54,11 +54,13 @@ mod cancel;
 mod error;
 #[cfg(feature = "gcs")]
 pub mod gcs;
+mod hedged;
 mod list;
 pub mod memory;
 mod metered;
 #[cfg(feature = "s3")]
 pub mod s3;
+mod simulated;
 mod types;
 
 use std::ops::Range;
@@ -68,8 +70,13 @@ pub use bytes::Bytes;
 
 pub use cancel::Cancelable;
 pub use error::{Error, ErrorKind, Op, Result};
+pub use hedged::{HedgeCounts, HedgePolicy, Hedged};
 pub use list::{ListRequest, MAX_LIST_PAGE};
 pub use metered::{MeterReading, Metered};
+pub use simulated::{
+    Fault, FaultCounts, FaultRule, FaultRuleId, Hold, LatencyProfile, Simulated, Trigger,
+    real_gcs_latency,
+};
 pub use types::{
     Attributes, Generation, ListPage, MAX_KEY_LEN, Object, validate_key, validate_prefix,
     validate_start_after,
