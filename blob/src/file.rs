@@ -8,7 +8,7 @@
 //! `a.o` and `a.d/b.o`. Escaping keeps `a-z`, `0-9`, `_` and `-` and writes every other byte as
 //! `%XX` (upper-case hex): names are plain ASCII, never `.` or `..`, never contain `/`, and stay
 //! distinct on case-insensitive file systems. A segment whose escaped form is longer than
-//! [`MAX_ESCAPED_NAME`] bytes is cut: its leading chunks become directories `<escaped>.c` ("the
+//! 240 bytes is cut: its leading chunks become directories `<escaped>.c` ("the
 //! segment continues inside"), which listing flattens back into one segment. The mapping is
 //! reversible and canonical; names that do not decode to the canonical path of a valid key
 //! (temporary files `.tmp-<random>`, anything else put there by hand) are never listed.
