@@ -35,8 +35,8 @@ async fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Test => test().await,
         Task::Conformance => {
-            let (_scratch, servers) = start_servers().await?;
-            conformance::run_table(&servers).await
+            let (scratch, servers) = start_servers().await?;
+            conformance::run_table(scratch.path(), &servers).await
         }
         Task::Servers => {
             let (_scratch, servers) = start_servers().await?;
@@ -64,7 +64,7 @@ async fn start_servers() -> Result<(tempfile::TempDir, Vec<servers::Server>)> {
 }
 
 async fn test() -> Result<()> {
-    let (_scratch, servers) = start_servers().await?;
+    let (scratch, servers) = start_servers().await?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
@@ -78,5 +78,5 @@ async fn test() -> Result<()> {
     if !status.success() {
         bail!("cargo test failed: {status}");
     }
-    conformance::run_table(&servers).await
+    conformance::run_table(scratch.path(), &servers).await
 }
