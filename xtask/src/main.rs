@@ -69,7 +69,7 @@ async fn test() -> Result<()> {
     let mut command = Command::new(cargo);
     command
         .current_dir(servers::project_root())
-        .args(["test", "--workspace", "--all-features", "--all-targets"])
+        .args(["test", "--workspace", "--all-features"])
         .env("QUIRE_TEST_REQUIRE_SERVERS", "1");
     for server in &servers {
         command.envs(server.env.iter().map(|(k, v)| (k, v)));
