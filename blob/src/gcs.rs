@@ -33,8 +33,10 @@
 //! | unreadable JSON, wrong size or checksum, inconsistent metadata | [`Integrity`](ErrorKind::Integrity) | [`Integrity`](ErrorKind::Integrity) |
 //!
 //! A 404 on create or list means the bucket is missing, which is not a lost race, so it is
-//! never reported as a precondition failure. Nothing is retried automatically: a mutation's
-//! retry is the caller's decision, after reading the key back when the outcome was ambiguous.
+//! never reported as a precondition failure. Mutations are never retried: a mutation's retry
+//! is the caller's decision, after reading the key back when the outcome was ambiguous. A read
+//! whose connection failed without any answer (not a timeout) is re-sent once, as HTTP clients
+//! do for idempotent requests on a kept-alive connection the server has just closed.
 //!
 //! # Authentication
 //!
@@ -52,6 +54,9 @@
 //!   suite reports the affected cases as gaps there, and the driver's request is checked
 //!   against a recording stub instead.
 //! - Only multipart uploads check `ifGenerationMatch` (which is why this driver uses them).
+//! - After answering 416 to a range read, the emulator closes the connection without saying
+//!   so; the next request on it fails (a read is re-sent, see above; a mutation would be
+//!   ambiguous).
 //! - The CRC32C sent with an upload is not verified by the emulator (real GCS refuses a
 //!   mismatch with 400); `fields` is ignored; media reads ignore `ifGenerationMatch` (this
 //!   driver pins reads with `generation`, which the emulator honours).
@@ -293,11 +298,19 @@ impl GcsStore {
                 format!("no access token: {why}"),
             )
         })?;
-        let response = request
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|e| transport_error(op, key, e))?;
+        let request = request.bearer_auth(token);
+        // A read is re-sent once when its connection failed without an answer (typically a
+        // kept-alive connection the server had just closed); a mutation never is.
+        let spare = if op.is_mutation() {
+            None
+        } else {
+            request.try_clone()
+        };
+        let response = match (request.send().await, spare) {
+            (Err(err), Some(spare)) if !err.is_timeout() => spare.send().await,
+            (result, _) => result,
+        }
+        .map_err(|e| transport_error(op, key, e))?;
         if response.status().is_success() {
             Ok(response)
         } else {

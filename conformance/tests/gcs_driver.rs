@@ -324,6 +324,27 @@ async fn a_lost_create_response_is_ambiguous_and_not_retried() {
 }
 
 #[tokio::test]
+async fn a_read_is_resent_once_after_a_dropped_connection() {
+    let stub = Stub::start(|request| {
+        if request.path().ends_with("/o/flaky") {
+            Reply::HangUp
+        } else {
+            json_reply(200, resource("k", "9", 11, "yZRlqg=="))
+        }
+    });
+    let store = stub.store();
+    let err = store.head("flaky").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(stub.requests().len(), 2, "one read, re-sent once");
+    let err = store
+        .delete("flaky", &Generation::new("9"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Ambiguous, "{err}");
+    assert_eq!(stub.requests().len(), 3, "the delete was re-sent");
+}
+
+#[tokio::test]
 async fn a_timed_out_replace_is_ambiguous_and_a_timed_out_read_unavailable() {
     let stub = Stub::start(|_| Reply::Stall);
     let mut config = GcsConfig::new(STUB_BUCKET, GcsAuth::StaticToken(STUB_TOKEN.into()))
