@@ -9,7 +9,7 @@ use quire_blob::file::FileStore;
 use quire_blob::memory::MemoryStore;
 use quire_conformance::{Capabilities, Outcome, blob_case_names, fresh_root, run_blob_suite};
 
-use crate::servers::Server;
+use crate::servers::{Server, fake_gcs};
 
 struct Target {
     name: &'static str,
@@ -17,7 +17,17 @@ struct Target {
     capabilities: Capabilities,
 }
 
-fn targets(scratch: &Path, _servers: &[Server]) -> Result<Vec<Target>> {
+/// The value of `name` in the environment of whichever server provides it.
+fn server_var<'a>(servers: &'a [Server], name: &str) -> Result<&'a str> {
+    servers
+        .iter()
+        .flat_map(|server| server.env.iter())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.as_str())
+        .with_context(|| format!("no local server provides {name}"))
+}
+
+fn targets(scratch: &Path, servers: &[Server]) -> Result<Vec<Target>> {
     let file_root = scratch.join("file-driver");
     let file = FileStore::open(&file_root)
         .with_context(|| format!("opening a file store at {}", file_root.display()))?;
@@ -31,6 +41,18 @@ fn targets(scratch: &Path, _servers: &[Server]) -> Result<Vec<Target>> {
             name: "file",
             store: Arc::new(file),
             capabilities: Capabilities::default(),
+        },
+        Target {
+            name: "gcs",
+            store: Arc::new(fake_gcs::store(server_var(
+                servers,
+                "QUIRE_TEST_GCS_ENDPOINT",
+            )?)?),
+            // fake-gcs-server deletes whatever generation a DELETE names.
+            capabilities: Capabilities {
+                conditional_delete: false,
+                ..Capabilities::default()
+            },
         },
     ])
 }
