@@ -3,5 +3,26 @@
 //!
 //! What the crate owns so far, each independent of how worlds are stored:
 //! - [`mark`]: the Mark protocol wire codec (requests, responses, metadata blocks, limits).
+//! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
+//!   read rules) and the reloadable per-world token set.
 
+pub mod auth;
 pub mod mark;
+
+/// `line N: message` for a TOML error, so every file error names its line.
+pub(crate) fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
+    match error.span() {
+        Some(span) => format!("line {}: {}", line_of(text, span.start), error.message()),
+        None => error.message().to_owned(),
+    }
+}
+
+/// The 1-based line holding byte `offset` of `text`.
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
