@@ -5,8 +5,11 @@
 //! - [`mark`]: the Mark protocol wire codec (requests, responses, metadata blocks, limits).
 //! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
 //!   read rules) and the reloadable per-world token set.
+//! - [`limits`]: per-world admission (concurrent requests, requests per second with burst,
+//!   open watches) with retry hints.
 
 pub mod auth;
+pub mod limits;
 pub mod mark;
 
 /// `line N: message` for a TOML error, so every file error names its line.
