@@ -488,8 +488,9 @@ struct TokenEntry {
     hash: TokenHash,
     #[serde(deserialize_with = "non_empty")]
     operations: Vec<Operation>,
+    /// Compiled after deserialising, so an error names the pattern's own line.
     #[serde(deserialize_with = "non_empty")]
-    paths: Vec<PathPattern>,
+    paths: Vec<toml::Spanned<String>>,
     #[serde(default)]
     expires: Option<Expiry>,
 }
@@ -645,6 +646,18 @@ impl TokenStore {
                 )));
             }
             let entry = entry.into_inner();
+            let patterns = entry
+                .paths
+                .iter()
+                .map(|written| {
+                    PathPattern::parse(written.get_ref()).map_err(|error| {
+                        invalid(format!(
+                            "line {}: {error}",
+                            crate::line_of(text, written.span().start)
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             if let Some(other) = seen.insert(entry.hash.clone(), label.clone()) {
                 return Err(invalid(format!(
                     "line {line}: tokens {other:?} and {label:?} share one hash"
@@ -654,7 +667,7 @@ impl TokenStore {
                 label,
                 entry.hash,
                 entry.operations,
-                entry.paths,
+                patterns,
                 entry.expires.map(|expiry| expiry.0),
             ));
         }
@@ -1076,6 +1089,13 @@ expires = 2027-01-01T00:00:00+01:00
                 mentions,
             );
         }
+        assert_invalid(
+            &format!(
+                "[tokens.a]\nhash = \"{hash}\"\noperations = [\"read\"]\npaths = [\n  \"/ok\",\n  \"no-slash\",\n]\n"
+            ),
+            6,
+            "does not start with /",
+        );
         for expires in [
             "\"tomorrow\"",
             "\"2027-01-01T00:00:00\"",

@@ -7,8 +7,11 @@
 //!   read rules) and the reloadable per-world token set.
 //! - [`limits`]: per-world admission (concurrent requests, requests per second with burst,
 //!   open watches) with retry hints.
+//! - [`config`]: the strict TOML configuration (listeners, TLS, worlds with their backend,
+//!   authorities, tokens, limits and publish policy) and the embedded default.
 
 pub mod auth;
+pub mod config;
 pub mod limits;
 pub mod mark;
 
