@@ -752,6 +752,11 @@ impl Actor {
 
     /// Waits for the next thing that can move the committer forward.
     async fn wait(&mut self) {
+        // A pause that has passed must not stay armed: its timer would fire at once, forever,
+        // while the front waits on something else (a paused clock would never advance).
+        let now = Instant::now();
+        self.yield_until = self.yield_until.filter(|until| *until > now);
+        self.handoff_until = self.handoff_until.filter(|until| *until > now);
         let next_deadline = self
             .queue
             .iter()

@@ -1,0 +1,201 @@
+//! The committer on the shared `Simulated` bucket: real-GCS latencies, lost responses,
+//! unavailability and throttling, holds to order races. Time is tokio's paused clock.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::*;
+use quire_blob::memory::MemoryStore;
+use quire_blob::{BlobStore, Fault, FaultRule, Op, Simulated};
+use quire_log::build::Mutation;
+use quire_log::commit::{Committer, CommitterConfig, Outcome, WriteRequest};
+use quire_log::{DocPath, ErrorKind, ManualClock, Result, StoreId, Timestamp, WorldState, tip};
+
+const PREFIX: &str = "w/";
+
+fn start(store: Arc<dyn BlobStore>, state: WorldState, id: u8) -> Committer {
+    let config = CommitterConfig {
+        prefix: PREFIX.into(),
+        store: StoreId([id; 16]),
+        seed: u64::from(id),
+        ..CommitterConfig::default()
+    };
+    Committer::start(
+        store,
+        state,
+        Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
+        config,
+    )
+}
+
+async fn submit(c: &Committer, m: Mutation) -> Result<Outcome> {
+    c.submit(WriteRequest::new(m)).await
+}
+
+fn cas(path: &str, expected: u64, body: &str) -> Mutation {
+    Mutation::Publish {
+        path: path.into(),
+        expected: Some(expected),
+        body: Bytes::copy_from_slice(body.as_bytes()),
+        metadata: Default::default(),
+    }
+}
+
+async fn replayed(store: &dyn BlobStore) -> WorldState {
+    let mut state = WorldState::genesis(WORLD);
+    tip::catch_up(store, PREFIX, &mut state).await.unwrap();
+    state
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_create_whose_response_was_lost_is_a_win() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let sim = Simulated::real_gcs(memory.clone(), 1);
+    sim.add_fault(FaultRule::new(Op::Create, "w/log/", Fault::AmbiguousAfterApply).first(3));
+    let c = start(Arc::new(sim.clone()), WorldState::genesis(WORLD), 1);
+    for i in 0..3 {
+        let out = submit(&c, publish(&format!("/{i}.md"), "x")).await.unwrap();
+        assert_eq!(out.sequence, Some(2 + i));
+    }
+    assert_eq!(sim.injected().get(Fault::AmbiguousAfterApply), 3);
+    assert_eq!(c.stats().slots_lost, 0);
+    assert!(replayed(memory.as_ref()).await == c.state());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_create_loses_to_the_peer_and_conflicts() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let setup = start(memory.clone(), WorldState::genesis(WORLD), 9);
+    submit(&setup, publish("/a.md", "v1")).await.unwrap();
+    let slow = Simulated::real_gcs(memory.clone(), 2);
+    let fast = Simulated::real_gcs(memory.clone(), 3);
+    let a = start(Arc::new(fast), setup.state(), 1);
+    let b = start(Arc::new(slow.clone()), setup.state(), 2);
+    let hold = slow.hold(Op::Create, "w/log/");
+    let b_write = tokio::spawn({
+        let b = b.clone();
+        async move { submit(&b, cas("/a.md", 1, "from b")).await }
+    });
+    hold.wait_held(1).await;
+    submit(&a, cas("/a.md", 1, "from a")).await.unwrap();
+    hold.release();
+    let err = b_write.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(err.current().unwrap().version, 2);
+}
+
+/// Two and three stores, each on its own simulated link to one bucket, with lost responses,
+/// unavailability and throttling on creates and reads: every acknowledged write is in the
+/// log exactly once and every store converges.
+async fn faulty_stores_lose_nothing(stores: u8) {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let mut links = Vec::new();
+    let mut committers = Vec::new();
+    for s in 0..stores {
+        let sim = Simulated::real_gcs(memory.clone(), 100 + u64::from(s));
+        for prefix in ["w/log/", "w/blobs/"] {
+            sim.add_fault(
+                FaultRule::new(Op::Create, prefix, Fault::AmbiguousAfterApply)
+                    .with_probability(0.1),
+            );
+            sim.add_fault(
+                FaultRule::new(Op::Create, prefix, Fault::AmbiguousBeforeApply)
+                    .with_probability(0.05),
+            );
+            sim.add_fault(
+                FaultRule::new(Op::Create, prefix, Fault::Throttled).with_probability(0.05),
+            );
+        }
+        sim.add_fault(FaultRule::new(Op::Get, "w/log/", Fault::Unavailable).with_probability(0.05));
+        committers.push(start(
+            Arc::new(sim.clone()),
+            WorldState::genesis(WORLD),
+            s + 1,
+        ));
+        links.push(sim);
+    }
+    let mut tasks = Vec::new();
+    for (s, c) in committers.iter().enumerate() {
+        for w in 0..8 {
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for r in 0..4 {
+                    // Every third write is large enough to travel as a blob.
+                    let pad = if r % 3 == 0 {
+                        "b".repeat(9000)
+                    } else {
+                        String::new()
+                    };
+                    let own = format!("/s{s}/w{w}/{r}.md");
+                    let body = format!("own {s} {w} {r}{pad}");
+                    let out = submit(&c, publish(&own, &body)).await.unwrap();
+                    acked.push((own, out.doc.version, body));
+                    let body = format!("shared {s} {w} {r}");
+                    if let Ok(out) = submit(&c, publish("/shared.md", &body)).await {
+                        acked.push(("/shared.md".to_owned(), out.doc.version, body));
+                    }
+                }
+                acked
+            }));
+        }
+    }
+    let mut acked = Vec::new();
+    for t in tasks {
+        acked.extend(t.await.unwrap());
+    }
+    let state = replayed(memory.as_ref()).await;
+    let mut shared = Vec::new();
+    for (path, version, body) in &acked {
+        let doc = state.doc(&DocPath::parse(path).unwrap()).unwrap();
+        let record = doc.recent_version(*version).unwrap();
+        let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, record)
+            .await
+            .unwrap();
+        assert_eq!(
+            &quire_log::version::StoredVersion::decode(&bytes)
+                .unwrap()
+                .body,
+            body
+        );
+        if path == "/shared.md" {
+            shared.push(*version);
+        }
+    }
+    shared.sort_unstable();
+    let current = state
+        .doc(&DocPath::parse("/shared.md").unwrap())
+        .unwrap()
+        .current;
+    assert_eq!(shared, (1..=current).collect::<Vec<_>>());
+    let own: BTreeMap<&str, u64> = acked
+        .iter()
+        .filter(|a| a.0 != "/shared.md")
+        .map(|a| (a.0.as_str(), a.1))
+        .collect();
+    assert_eq!(own.len(), stores as usize * 8 * 4);
+    for c in &committers {
+        let mut refreshed = c.refresh().await;
+        while let Err(e) = &refreshed {
+            assert_eq!(e.kind(), ErrorKind::Storage, "{e}");
+            refreshed = c.refresh().await;
+        }
+        assert!(refreshed.unwrap() == state);
+    }
+    let injected: u64 = links.iter().map(|l| l.injected().total()).sum();
+    assert!(injected > 0);
+    state.check_indexes().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_faulty_stores_lose_nothing() {
+    faulty_stores_lose_nothing(2).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_faulty_stores_lose_nothing() {
+    faulty_stores_lose_nothing(3).await;
+}
