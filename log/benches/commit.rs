@@ -1,77 +1,21 @@
 //! Commit throughput and latency of one store on a simulated bucket.
 //!
-//! The bucket is the memory driver behind a seeded latency model of small creates on real
-//! GCS (p50 about 40 ms, p99 about 50 ms; reads about 30 ms). Time is tokio's paused clock,
-//! so each measurement reports *simulated* time: `saturation` is writes acknowledged per
+//! The bucket is the memory driver behind `Simulated::real_gcs`: seeded latencies with ADR
+//! 0036's real-GCS figures (small create p50 40 ms, p99 50 ms; reads about 30 ms). Time is
+//! tokio's paused clock, so each measurement reports *simulated* time: `saturation` is writes acknowledged per
 //! simulated second with a deep queue; `open_loop_250` offers 250 writes/s and reports the
 //! p99 acknowledge latency as its time (p50/p99/p999 and objects/bytes per write are printed).
 
-use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use quire_blob::memory::MemoryStore;
-use quire_blob::{Attributes, BlobStore, Generation, ListPage, Metered, Object, Op, Result};
+use quire_blob::{BlobStore, Metered, Op, Simulated};
 use quire_log::build::Mutation;
 use quire_log::commit::{Committer, CommitterConfig, WriteRequest};
 use quire_log::{ManualClock, StoreId, Timestamp, WorldId, WorldState};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
-/// Latency: `floor` plus an exponential tail with mean `tail` (milliseconds).
-#[derive(Debug)]
-struct Simulated {
-    inner: Arc<dyn BlobStore>,
-    rng: Mutex<SmallRng>,
-}
-
-impl Simulated {
-    async fn pause(&self, floor: f64, tail: f64) {
-        let u: f64 = self.rng.lock().unwrap().random_range(0.0..1.0);
-        let millis = floor - tail * (1.0 - u).ln();
-        tokio::time::sleep(Duration::from_micros((millis * 1000.0) as u64)).await;
-    }
-}
-
-#[async_trait]
-impl BlobStore for Simulated {
-    async fn create(&self, key: &str, data: Bytes) -> Result<Attributes> {
-        self.pause(37.0, 3.0).await;
-        self.inner.create(key, data).await
-    }
-    async fn get(&self, key: &str) -> Result<Object> {
-        self.pause(27.0, 3.0).await;
-        self.inner.get(key).await
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.pause(27.0, 3.0).await;
-        self.inner.get_range(key, range).await
-    }
-    async fn head(&self, key: &str) -> Result<Attributes> {
-        self.pause(11.0, 1.0).await;
-        self.inner.head(key).await
-    }
-    async fn replace(&self, key: &str, generation: &Generation, data: Bytes) -> Result<Attributes> {
-        self.pause(37.0, 3.0).await;
-        self.inner.replace(key, generation, data).await
-    }
-    async fn delete(&self, key: &str, generation: &Generation) -> Result<()> {
-        self.pause(20.0, 3.0).await;
-        self.inner.delete(key, generation).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        cursor: Option<&str>,
-    ) -> Result<ListPage> {
-        self.pause(30.0, 5.0).await;
-        self.inner.list(prefix, start_after, cursor).await
-    }
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -82,10 +26,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn committer(seed: u64) -> (Committer, Metered) {
-    let simulated: Arc<dyn BlobStore> = Arc::new(Simulated {
-        inner: Arc::new(MemoryStore::new()),
-        rng: Mutex::new(SmallRng::seed_from_u64(seed)),
-    });
+    let simulated: Arc<dyn BlobStore> =
+        Arc::new(Simulated::real_gcs(Arc::new(MemoryStore::new()), seed));
     let metered = Metered::new(simulated);
     let world = WorldId([1; 16]);
     let config = CommitterConfig {
