@@ -355,6 +355,10 @@ fn check_shape(slot: &Slot, key: &str) -> Result<()> {
                 if !metadata::is_normal(&w.catalog.metadata) {
                     return Err(at("catalog metadata is not valid"));
                 }
+                let declared = w.catalog.metadata.get("agent").filter(|a| !a.is_empty());
+                if e.agent.as_ref() != declared {
+                    return Err(at("agent differs from the version's agent metadata"));
+                }
                 if let Some(bytes) = &w.inline {
                     check_inline(e, w, bytes).map_err(|why| at(&why))?;
                 }

@@ -11,7 +11,8 @@
 //! - a write to a new path is version 1 (first retained 1), live, and the topology allows the
 //!   path: no document at any ancestor, no document beneath it;
 //! - a write to an existing path needs it live, advances `current` by exactly one, names the
-//!   current version's hash as `previous`, and moves the first retained version forward only;
+//!   current version's hash as `previous`, and moves the first retained version exactly as
+//!   its `retention` metadata says (not at all without it);
 //! - an archive transition names the document's current version, body hash, modification time
 //!   and first retained version exactly, and flips the archived flag.
 //!
@@ -24,6 +25,7 @@ use imbl::{OrdMap, OrdSet};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::ids::{Hash, WorldId};
 use crate::marker::{GENESIS_SEQUENCE, genesis_tip};
+use crate::metadata;
 use crate::model::{DocState, HistoryBlockRef, VersionRecord};
 use crate::path::{DocPath, is_hidden_name};
 use crate::slot::{EncodedSlot, Entry};
@@ -304,8 +306,24 @@ impl WorldState {
                 if write.previous != Some(old.head.hash) {
                     return Err("previous hash does not name the current version".into());
                 }
-                if entry.first < old.first {
-                    return Err("first retained version moved backwards".into());
+                // Retention is the only thing that moves the first retained version, and only
+                // the version that carries it: versions at or below current − R go.
+                let retention = write
+                    .catalog
+                    .metadata
+                    .get("retention")
+                    .and_then(|r| metadata::parse_retention(r));
+                let expected_first = match retention {
+                    Some(keep) if entry.current > u64::from(keep) => {
+                        (entry.current - u64::from(keep) + 1).max(old.first)
+                    }
+                    _ => old.first,
+                };
+                if entry.first != expected_first {
+                    return Err(format!(
+                        "first retained version {} where retention gives {expected_first}",
+                        entry.first
+                    ));
                 }
                 let mut doc = (*old).clone();
                 doc.current = entry.current;

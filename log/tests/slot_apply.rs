@@ -254,6 +254,13 @@ fn apply_refuses_illegal_transitions() {
     );
     assert_eq!(back.slot.entries[0].first, 3);
     refused(&after, &back, |s| s.entries[0].first = 2);
+    // Without retention the first retained version stays; with it, it moves exactly.
+    refused(&after, &back, |s| s.entries[0].first = 4);
+    refused(&pruned, &keep1, |s| s.entries[0].first = 2);
+    // The agent is the version's agent metadata.
+    refused(&after, &back, |s| {
+        s.entries[0].agent = Some("someone".into())
+    });
 
     // Archive transitions name the current version exactly and flip the flag.
     let mut probe = base.clone();
