@@ -492,27 +492,36 @@ fn abandon(ticket: &AtomicU8) -> bool {
     }
 }
 
-/// Recently built or read version bytes by hash, so appends and rebuilds need no read.
+/// Version bytes of confirmed or read versions by hash, so appends need no read. Bounded by
+/// entries and bytes; versions of batches still in the pipeline are found in the batches.
 #[derive(Default)]
 struct VersionCache {
     bytes: HashMap<Hash, Bytes>,
     order: VecDeque<Hash>,
+    total: usize,
 }
 
 impl VersionCache {
-    const CAPACITY: usize = 4096;
+    const MAX_ENTRIES: usize = 4096;
+    const MAX_BYTES: usize = 64 << 20;
 
     fn get(&self, hash: &Hash) -> Option<Bytes> {
         self.bytes.get(hash).cloned()
     }
 
     fn insert(&mut self, hash: Hash, bytes: Bytes) {
-        if self.bytes.insert(hash, bytes).is_none() {
-            self.order.push_back(hash);
-            if self.order.len() > Self::CAPACITY
-                && let Some(old) = self.order.pop_front()
-            {
-                self.bytes.remove(&old);
+        let len = bytes.len();
+        if self.bytes.insert(hash, bytes).is_some() {
+            return;
+        }
+        self.total += len;
+        self.order.push_back(hash);
+        while self.order.len() > Self::MAX_ENTRIES || self.total > Self::MAX_BYTES {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = self.bytes.remove(&old) {
+                self.total -= gone.len();
             }
         }
     }
@@ -882,9 +891,7 @@ impl Actor {
     /// Builds `pending` on the batch's working state and adds it.
     async fn add_member(&mut self, batch: &mut Batch, mut pending: Pending) {
         let path = pending.request.mutation.path().ok();
-        let result = self
-            .build_member(&mut batch.working, &mut pending, &mut batch.inline_used)
-            .await;
+        let result = self.build_member(batch, &mut pending).await;
         if let Some(blob) = blob_of(&result) {
             self.stage_blob(&blob);
             batch.blobs.push(blob);
@@ -950,15 +957,10 @@ impl Actor {
         batch
     }
 
-    async fn build_member(
-        &mut self,
-        working: &mut WorldState,
-        pending: &mut Pending,
-        inline_used: &mut usize,
-    ) -> Result1 {
+    async fn build_member(&mut self, batch: &mut Batch, pending: &mut Pending) -> Result1 {
         let mutation = &pending.request.mutation;
         let base = match mutation {
-            Mutation::Append { .. } => match self.append_base(working, mutation).await {
+            Mutation::Append { .. } => match self.append_base(batch, mutation).await {
                 Ok(base) => base,
                 Err(e) => return Result1::Answer(Err(e)),
             },
@@ -968,6 +970,7 @@ impl Actor {
         let limits = BuildLimits {
             max_documents: config.max_documents,
         };
+        let working = &mut batch.working;
         let built = build::build(
             working,
             mutation,
@@ -994,14 +997,12 @@ impl Actor {
         {
             return Result1::Answer(Err(e));
         }
-        if let (Some(write), Some(bytes)) = (change.entry.write.as_mut(), &change.version_bytes) {
-            self.cache_insert(write.hash, bytes.clone());
-            if bytes.len() <= config.inline_limit
-                && *inline_used + bytes.len() <= config.slot_inline_budget
-            {
-                *inline_used += bytes.len();
-                write.inline = Some(bytes.clone());
-            }
+        if let (Some(write), Some(bytes)) = (change.entry.write.as_mut(), &change.version_bytes)
+            && bytes.len() <= config.inline_limit
+            && batch.inline_used + bytes.len() <= config.slot_inline_budget
+        {
+            batch.inline_used += bytes.len();
+            write.inline = Some(bytes.clone());
         }
         if let Err(why) = working.apply_entry(&change.entry, Some(provisional_record(&change))) {
             return Result1::Answer(Err(Error::integrity(
@@ -1017,24 +1018,39 @@ impl Actor {
         Result1::Write { change, summary }
     }
 
-    /// The current version of an append's document, from the cache or the store.
+    /// The current version of an append's document: built in the pipeline, cached, being
+    /// read ahead, or read now.
     async fn append_base(
         &mut self,
-        state: &WorldState,
+        batch: &Batch,
         mutation: &Mutation,
     ) -> Result<Option<StoredVersion>> {
         let Ok(path) = mutation.path() else {
             return Ok(None);
         };
-        let Some(doc) = state.doc(&path) else {
+        let Some(doc) = batch.working.doc(&path) else {
             return Ok(None);
         };
         let record = doc.head.clone();
-        let mut cached = self
-            .cache
-            .lock()
-            .expect("cache lock poisoned")
-            .get(&record.hash);
+        let built = |b: &Batch| {
+            b.members.iter().find_map(|m| match &m.result {
+                Result1::Write { change, .. } => change
+                    .entry
+                    .write
+                    .as_ref()
+                    .filter(|w| w.hash == record.hash)
+                    .and(change.version_bytes.clone()),
+                Result1::Answer(_) => None,
+            })
+        };
+        let mut cached = built(batch)
+            .or_else(|| self.batches.iter().find_map(built))
+            .or_else(|| {
+                self.cache
+                    .lock()
+                    .expect("cache lock poisoned")
+                    .get(&record.hash)
+            });
         if cached.is_none() {
             let warming = self
                 .warming
@@ -1216,6 +1232,14 @@ impl Actor {
                         .push_back((slot.slot.first, slot.slot.last()));
                     if self.own_slots.len() > 64 {
                         self.own_slots.pop_front();
+                    }
+                }
+                for member in &front.members {
+                    if let Result1::Write { change, .. } = &member.result
+                        && let (Some(write), Some(bytes)) =
+                            (&change.entry.write, &change.version_bytes)
+                    {
+                        self.cache_insert(write.hash, bytes.clone());
                     }
                 }
                 // Forget staged blobs no batch still waits on, so the set stays small.

@@ -716,3 +716,60 @@ async fn queued_appends_warm_their_document_once() {
     let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
     assert_eq!(stored.body, "start\none\ntwo");
 }
+
+#[tokio::test(start_paused = true)]
+async fn appends_chain_on_versions_still_in_the_pipeline() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let test = Arc::new(TestStore::new(memory.clone()));
+    let metered = quire_blob::Metered::new(test.clone());
+    let c = start(
+        Arc::new(metered.clone()),
+        WorldState::genesis(WORLD),
+        1,
+        |_| {},
+    );
+    let hold = test.hold("log/");
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { submit(&c, publish("/a.md", "one")).await }
+    });
+    while test.held.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // While slot 2 is held, two appends build on its unconfirmed version and on each other.
+    let appends = tokio::spawn({
+        let c = c.clone();
+        async move {
+            let big = "x".repeat(10_000);
+            tokio::join!(
+                submit(&c, append("/a.md", 1, "two")),
+                submit(&c, append("/a.md", 2, &big)),
+            )
+        }
+    });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    drop(hold);
+    test.release();
+    first.await.unwrap().unwrap();
+    let (two, three) = appends.await.unwrap();
+    assert_eq!(
+        (two.unwrap().doc.version, three.unwrap().doc.version),
+        (2, 3)
+    );
+    let reads = metered.reading();
+    assert_eq!(
+        reads.requests(quire_blob::Op::Get) + reads.requests(quire_blob::Op::GetRange),
+        0
+    );
+    let state = replayed(memory.as_ref()).await;
+    let doc = state.doc(&DocPath::parse("/a.md").unwrap()).unwrap();
+    let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, &doc.head)
+        .await
+        .unwrap();
+    let body = quire_log::version::StoredVersion::decode(&bytes)
+        .unwrap()
+        .body;
+    assert!(body.starts_with("one\ntwo\nxxx"));
+}
