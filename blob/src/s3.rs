@@ -11,6 +11,10 @@
 //! | `get`, `get_range`, `head` | `GetObject` (with `Range` for a range), `HeadObject` |
 //! | `list` | `ListObjectsV2` with the prefix, `StartAfter` = the page's position, `MaxKeys` = [`MAX_LIST_PAGE`] |
 //!
+//! A page the server lists out of byte order is refused as [`ErrorKind::Integrity`] rather
+//! than passed on: SeaweedFS, for one, lists per path component, so `a/b` comes before `a-b`.
+//! Fixed-width key names (as the log's) never meet that.
+//!
 //! S3's `PutObject` answer carries no modification time, so after a successful `create` or
 //! `replace` the driver reads the object's attributes back (`HeadObject` with `If-Match`) to
 //! return exactly what `head`, `get` and `list` will show. When that read fails or the object

@@ -81,6 +81,21 @@ async fn s3_driver_passes_the_blob_suite() {
     report.assert_passed();
 }
 
+#[tokio::test]
+async fn the_standard_credential_chain_reaches_the_server() {
+    let Some(target) = target() else { return };
+    // Credentials and region come from AWS_* variables, as `cargo xtask servers` sets them.
+    let config = S3Config {
+        endpoint: Some(target.endpoint.clone()),
+        force_path_style: true,
+        ..S3Config::new(&target.bucket)
+    };
+    let store = S3Store::from_env(config).await.unwrap();
+    let key = format!("{}object", fresh_root("s3-env"));
+    let created = store.create(&key, Bytes::from_static(b"v")).await.unwrap();
+    assert_eq!(store.head(&key).await.unwrap(), created);
+}
+
 /// What the proxy does once the server has answered a request.
 #[derive(Clone, Copy)]
 enum AfterAnswer {
