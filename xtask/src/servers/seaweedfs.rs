@@ -113,15 +113,21 @@ fn admin_ports() -> Result<(u16, u16)> {
 
 /// Creates the test bucket through the S3 API (`weed mini -bucket` does not reliably do it).
 async fn create_bucket(endpoint: &str) -> Result<()> {
+    store(endpoint)?
+        .ensure_bucket()
+        .await
+        .context("creating the SeaweedFS test bucket")
+}
+
+/// A store on the server's test bucket, with the test credentials.
+pub fn store(endpoint: &str) -> Result<S3Store> {
     let config = S3Config {
         endpoint: Some(endpoint.to_owned()),
         region: Some(REGION.to_owned()),
         force_path_style: true,
         ..S3Config::new(BUCKET)
     };
-    let store = S3Store::with_static_credentials(config, ACCESS_KEY, SECRET_KEY)?;
-    store
-        .ensure_bucket()
-        .await
-        .context("creating the SeaweedFS test bucket")
+    Ok(S3Store::with_static_credentials(
+        config, ACCESS_KEY, SECRET_KEY,
+    )?)
 }
