@@ -487,10 +487,10 @@ impl Config {
     /// regard to case. A lone world without authorities answers to every name; otherwise
     /// an unknown name reaches nothing.
     pub fn world_for_authority(&self, name: &str) -> Option<&WorldConfig> {
-        if let [only] = self.worlds.as_slice() {
-            if only.authorities.is_empty() {
-                return Some(only);
-            }
+        if let [only] = self.worlds.as_slice()
+            && only.authorities.is_empty()
+        {
+            return Some(only);
         }
         self.worlds.iter().find(|world| {
             world

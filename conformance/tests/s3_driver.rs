@@ -1,0 +1,283 @@
+//! The blob suite on the S3 driver, and how the driver reports mutations whose answer never
+//! came back. Needs the S3 server that `cargo xtask servers` starts (QUIRE_TEST_S3_* variables);
+//! without one the server cases are skipped, unless QUIRE_TEST_REQUIRE_SERVERS=1.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use quire_blob::s3::{S3Config, S3Store, S3Timeouts};
+use quire_blob::{BlobStore, Bytes, ErrorKind, Op};
+use quire_conformance::{Capabilities, fresh_root, run_blob_suite};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// The S3 server under test, from the environment.
+struct Target {
+    endpoint: String,
+    bucket: String,
+    access_key_id: String,
+    secret_access_key: String,
+    region: String,
+}
+
+fn target() -> Option<Target> {
+    let Ok(endpoint) = std::env::var("QUIRE_TEST_S3_ENDPOINT") else {
+        assert!(
+            std::env::var("QUIRE_TEST_REQUIRE_SERVERS").as_deref() != Ok("1"),
+            "QUIRE_TEST_S3_ENDPOINT is unset but QUIRE_TEST_REQUIRE_SERVERS=1"
+        );
+        eprintln!("skipped: QUIRE_TEST_S3_ENDPOINT is unset (`cargo xtask servers` starts one)");
+        return None;
+    };
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is unset"));
+    Some(Target {
+        endpoint,
+        bucket: var("QUIRE_TEST_S3_BUCKET"),
+        access_key_id: var("AWS_ACCESS_KEY_ID"),
+        secret_access_key: var("AWS_SECRET_ACCESS_KEY"),
+        region: std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
+    })
+}
+
+impl Target {
+    /// A store reaching the bucket at `endpoint` (the server itself, or a proxy before it).
+    fn store_at(&self, endpoint: &str, timeouts: S3Timeouts) -> S3Store {
+        let config = S3Config {
+            endpoint: Some(endpoint.to_owned()),
+            region: Some(self.region.clone()),
+            force_path_style: true,
+            timeouts,
+            ..S3Config::new(&self.bucket)
+        };
+        S3Store::with_static_credentials(config, &self.access_key_id, &self.secret_access_key)
+            .expect("valid S3 configuration")
+    }
+
+    fn store(&self) -> S3Store {
+        self.store_at(&self.endpoint, S3Timeouts::default())
+    }
+
+    fn upstream(&self) -> String {
+        self.endpoint
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_driver_passes_the_blob_suite() {
+    let Some(target) = target() else { return };
+    let report = run_blob_suite(
+        Arc::new(target.store()),
+        &fresh_root("s3"),
+        Capabilities::default(),
+    )
+    .await;
+    for (case, outcome) in &report.outcomes {
+        eprintln!("{case}: {outcome:?}");
+    }
+    report.assert_passed();
+}
+
+#[tokio::test]
+async fn the_standard_credential_chain_reaches_the_server() {
+    let Some(target) = target() else { return };
+    // Credentials and region come from AWS_* variables, as `cargo xtask servers` sets them.
+    let config = S3Config {
+        endpoint: Some(target.endpoint.clone()),
+        force_path_style: true,
+        ..S3Config::new(&target.bucket)
+    };
+    let store = S3Store::from_env(config).await.unwrap();
+    let key = format!("{}object", fresh_root("s3-env"));
+    let created = store.create(&key, Bytes::from_static(b"v")).await.unwrap();
+    assert_eq!(store.head(&key).await.unwrap(), created);
+}
+
+/// What the proxy does once the server has answered a request.
+#[derive(Clone, Copy)]
+enum AfterAnswer {
+    /// Close the client's connection without relaying a byte of the answer.
+    Drop,
+    /// Relay nothing and keep the connection open until the client gives up.
+    Withhold,
+}
+
+/// A TCP proxy on 127.0.0.1 that forwards every request to the server and loses the answer.
+struct LosingProxy {
+    endpoint: String,
+    connections: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LosingProxy {
+    async fn start(upstream: String, after: AfterAnswer) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counter = connections.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(relay(client, upstream.clone(), after));
+            }
+        });
+        LosingProxy {
+            endpoint,
+            connections,
+            task,
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for LosingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn relay(client: TcpStream, upstream: String, after: AfterAnswer) {
+    let server = TcpStream::connect(&upstream)
+        .await
+        .expect("S3 server reachable");
+    let (mut from_client, to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let forward =
+        tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_server).await });
+    // The first byte of the answer means the server has decided the request.
+    let mut first = [0u8; 1];
+    let _ = from_server.read(&mut first).await;
+    match after {
+        AfterAnswer::Drop => {
+            forward.abort();
+            drop(to_client);
+        }
+        AfterAnswer::Withhold => {
+            // Returns when the client closes its side.
+            let _ = forward.await;
+            drop(to_client);
+        }
+    }
+}
+
+/// Creates, replaces and deletes through `proxy`, checking each is reported ambiguous and each
+/// really landed.
+async fn mutations_through(target: &Target, proxy: &LosingProxy, timeouts: S3Timeouts) {
+    let lossy = target.store_at(&proxy.endpoint, timeouts);
+    let direct = target.store();
+    let root = fresh_root("s3-lost-answer");
+
+    let created = format!("{root}created");
+    let err = lossy
+        .create(&created, Bytes::from_static(b"landed"))
+        .await
+        .expect_err("a create whose answer was lost cannot succeed");
+    assert_eq!(
+        (err.kind(), err.op(), err.key()),
+        (ErrorKind::Ambiguous, Op::Create, created.as_str()),
+        "{err}"
+    );
+    let stored = direct.get(&created).await.expect("the create landed");
+    assert_eq!(stored.data, Bytes::from_static(b"landed"));
+
+    let replaced = format!("{root}replaced");
+    let base = direct
+        .create(&replaced, Bytes::from_static(b"base"))
+        .await
+        .unwrap();
+    let err = lossy
+        .replace(&replaced, &base.generation, Bytes::from_static(b"new"))
+        .await
+        .expect_err("a replace whose answer was lost cannot succeed");
+    assert_eq!(
+        (err.kind(), err.op()),
+        (ErrorKind::Ambiguous, Op::Replace),
+        "{err}"
+    );
+    let stored = direct.get(&replaced).await.expect("the key still exists");
+    assert_eq!(
+        stored.data,
+        Bytes::from_static(b"new"),
+        "the replace landed"
+    );
+
+    let deleted = format!("{root}deleted");
+    let doomed = direct
+        .create(&deleted, Bytes::from_static(b"doomed"))
+        .await
+        .unwrap();
+    let err = lossy
+        .delete(&deleted, &doomed.generation)
+        .await
+        .expect_err("a delete whose answer was lost cannot succeed");
+    assert_eq!(
+        (err.kind(), err.op()),
+        (ErrorKind::Ambiguous, Op::Delete),
+        "{err}"
+    );
+    let gone = direct.head(&deleted).await.unwrap_err();
+    assert!(gone.is_not_found(), "the delete landed: {gone}");
+
+    // One connection per mutation: the SDK did not retry, so no retried conditional request
+    // could meet its own landed write and report a clean loss.
+    assert_eq!(proxy.connections(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutation_whose_answer_is_dropped_is_ambiguous() {
+    let Some(target) = target() else { return };
+    let proxy = LosingProxy::start(target.upstream(), AfterAnswer::Drop).await;
+    mutations_through(&target, &proxy, S3Timeouts::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutation_that_times_out_after_landing_is_ambiguous() {
+    let Some(target) = target() else { return };
+    let proxy = LosingProxy::start(target.upstream(), AfterAnswer::Withhold).await;
+    let impatient = S3Timeouts {
+        attempt: Duration::from_secs(2),
+        ..S3Timeouts::default()
+    };
+    mutations_through(&target, &proxy, impatient).await;
+}
+
+/// A refused connection proves the request never left: nothing changed, so not ambiguous.
+#[tokio::test]
+async fn an_unreachable_store_reports_unavailable_not_ambiguous() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let config = S3Config {
+        endpoint: Some(format!("http://{closed}")),
+        region: Some("us-east-1".into()),
+        force_path_style: true,
+        read_attempts: 1,
+        ..S3Config::new("quire-test")
+    };
+    let store = S3Store::with_static_credentials(config, "quire-test", "quire-test").unwrap();
+    let err = store
+        .create("k", Bytes::from_static(b"v"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.op()),
+        (ErrorKind::Unavailable, Op::Create),
+        "{err}"
+    );
+    let err = store.get("k").await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.op()),
+        (ErrorKind::Unavailable, Op::Get),
+        "{err}"
+    );
+}
