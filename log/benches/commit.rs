@@ -26,14 +26,24 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn committer(seed: u64) -> (Committer, Metered) {
-    let simulated: Arc<dyn BlobStore> =
-        Arc::new(Simulated::real_gcs(Arc::new(MemoryStore::new()), seed));
+    committer_on(Arc::new(MemoryStore::new()), seed, 2, None)
+}
+
+/// A committer with its own simulated link to `bucket`.
+fn committer_on(
+    bucket: Arc<dyn BlobStore>,
+    seed: u64,
+    store: u8,
+    on_committed: Option<quire_log::commit::CommittedHook>,
+) -> (Committer, Metered) {
+    let simulated: Arc<dyn BlobStore> = Arc::new(Simulated::real_gcs(bucket, seed));
     let metered = Metered::new(simulated);
     let world = WorldId([1; 16]);
     let config = CommitterConfig {
         prefix: "bench/".into(),
-        store: StoreId([2; 16]),
+        store: StoreId([store; 16]),
         seed,
+        on_committed,
         ..CommitterConfig::default()
     };
     let c = Committer::start(
@@ -78,6 +88,49 @@ fn saturation_run(seed: u64) -> Duration {
             w.unwrap().unwrap();
         }
         start.elapsed()
+    })
+}
+
+/// Simulated time for `stores` stores sharing one bucket (peer hints wired between them) to
+/// acknowledge `SATURATION_WRITES` writes offered at once, split evenly.
+fn contended_run(seed: u64, stores: u8) -> Duration {
+    runtime().block_on(async {
+        let bucket: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+        let peers: Arc<std::sync::Mutex<Vec<Committer>>> = Arc::default();
+        let mut committers = Vec::new();
+        for s in 0..stores {
+            let hint_to = peers.clone();
+            let hook: quire_log::commit::CommittedHook = Arc::new(move |sequence| {
+                for (i, peer) in hint_to.lock().unwrap().iter().enumerate() {
+                    if i != usize::from(s) {
+                        peer.follow(sequence);
+                    }
+                }
+            });
+            let (c, _) = committer_on(bucket.clone(), seed * 16 + u64::from(s), s + 1, Some(hook));
+            committers.push(c);
+        }
+        *peers.lock().unwrap() = committers.clone();
+        let start = tokio::time::Instant::now();
+        let writes = (0..SATURATION_WRITES).map(|i| {
+            let c = committers[(i % u64::from(stores)) as usize].clone();
+            tokio::spawn(async move { c.submit(write(i)).await })
+        });
+        for w in futures::future::join_all(writes).await {
+            w.unwrap().unwrap();
+        }
+        let elapsed = start.elapsed();
+        if seed == 0 {
+            let stats: Vec<_> = committers.iter().map(|c| c.stats()).collect();
+            eprintln!(
+                "{stores} stores: {:?} slots won, {:?} lost, {:?} handoffs",
+                stats.iter().map(|s| s.slots_won).collect::<Vec<_>>(),
+                stats.iter().map(|s| s.slots_lost).collect::<Vec<_>>(),
+                stats.iter().map(|s| s.handoffs).collect::<Vec<_>>(),
+            );
+        }
+        peers.lock().unwrap().clear();
+        elapsed
     })
 }
 
@@ -128,6 +181,11 @@ fn bench(c: &mut Criterion) {
     group.bench_function("saturation_simulated", |b| {
         b.iter_custom(|iters| (0..iters).map(saturation_run).sum())
     });
+    for stores in [2u8, 3] {
+        group.bench_function(format!("saturation_{stores}_stores_simulated"), |b| {
+            b.iter_custom(|iters| (0..iters).map(|i| contended_run(i, stores)).sum())
+        });
+    }
     let summary = open_loop_run(7, 10);
     eprintln!(
         "open loop 250 writes/s for 10 s (simulated): p50 {:?} p99 {:?} p999 {:?}; {:.3} creates/write, {:.0} bytes up/write",

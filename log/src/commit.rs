@@ -350,6 +350,7 @@ impl Committer {
             handoff_until: None,
             own_slots: VecDeque::new(),
             lost_streak: 0,
+            read_ahead: false,
             cache: Arc::default(),
             warming: Arc::default(),
             closing: None,
@@ -619,6 +620,9 @@ struct Actor {
     own_slots: VecDeque<(u64, u64)>,
     /// Races lost since the last win.
     lost_streak: u32,
+    /// A peer hinted at slots this store has not read: read them before the next create
+    /// rather than lose its name to them.
+    read_ahead: bool,
     /// Version bytes by hash, shared with warm-up reads.
     cache: Arc<Mutex<VersionCache>>,
     /// Reads ahead for queued appends, by version hash; a build waits on one in flight.
@@ -650,6 +654,9 @@ impl Actor {
             self.expire_queue();
             if self.closing.is_none() {
                 self.fill_pipeline().await;
+                if self.read_ahead && self.creating.is_none() {
+                    self.read_ahead().await;
+                }
             }
             self.advance_front();
             if self.closing.is_some() && self.creating.is_none() {
@@ -754,6 +761,7 @@ impl Actor {
                 } else if sequence > self.shared.served.borrow().sequence() {
                     self.shared.note_peer();
                     self.handoff_until = None;
+                    self.read_ahead = true;
                 }
             }
         }
@@ -1334,6 +1342,46 @@ impl Actor {
         self.requeue_later_batches();
         for pending in rejudge.into_iter().rev() {
             self.queue.push_front(pending);
+        }
+    }
+
+    /// Reads the slots a peer hinted at and rebuilds the pipeline on them (as after a lost
+    /// race, without the failed create), reporting how far the log got so the peer knows it
+    /// is this store's turn after it.
+    async fn read_ahead(&mut self) {
+        self.read_ahead = false;
+        let mut next = self.tail.clone();
+        let mut touched = Touched::default();
+        let policy = self.shared.config.policy_path.clone();
+        let own = self.shared.config.store;
+        let mut peer = false;
+        let store = self.shared.store.clone();
+        let read = tip::catch_up_observed(
+            store.as_ref(),
+            &self.shared.config.prefix,
+            &mut next,
+            |slot| {
+                touched.add(slot, policy.as_ref());
+                peer |= slot.slot.store != own;
+            },
+        )
+        .await;
+        if let Err(e) = read {
+            tracing::warn!("reading ahead after a peer hint stopped early: {e}");
+        }
+        if next.sequence() == self.tail.sequence() {
+            return;
+        }
+        if peer {
+            self.shared.note_peer();
+        }
+        self.tail = next.clone();
+        self.shared.install(&next);
+        self.shared.report(next.sequence());
+        if let Some(front) = self.batches.pop_front() {
+            self.requeue_later_batches();
+            let rebuilt = self.rebuild(next, front.members, front.cap, touched).await;
+            self.batches.push_front(rebuilt);
         }
     }
 
