@@ -33,8 +33,10 @@
 //!    never waits. A winner learns of a loser only through peer hints: the loser's
 //!    [`CommitterConfig::on_committed`] reports the winning slot, a server forwards it, and
 //!    the winner's [`Committer::follow`] sees a sequence inside its own slot and holds its
-//!    next create (at most [`CommitterConfig::handoff_wait`]) until the peer's slot appears,
-//!    so contending stores take turns instead of one starving the other.
+//!    next create (at most [`CommitterConfig::handoff_wait`]) until the peer's slot appears;
+//!    a hint beyond what it serves makes it read the peer's slots before its next create
+//!    instead of losing that name to them. Contending stores so take turns instead of one
+//!    starving the other (without hints, a slower store can starve).
 //!
 //! The served state ([`Committer::state`]) advances only by installing states that are
 //! further along the log: this store's confirmed slots, slots that beat it, and refreshes.
