@@ -396,6 +396,34 @@ impl WorldState {
         }
     }
 
+    /// Records that a checkpoint holds `path`'s versions through `through` in the history
+    /// blocks `history`: the document's folded history becomes `history` and its recent
+    /// versions at or below `through` are dropped. What readers see does not change. Refuses
+    /// a missing document, one that never reached `through`, or a history that does not end
+    /// at `through`.
+    pub fn fold_history(
+        &mut self,
+        path: &DocPath,
+        history: Arc<[HistoryBlockRef]>,
+        through: u64,
+    ) -> Result<()> {
+        let bad = |why: &str| Error::integrity(Op::Apply, path.as_str(), why.to_owned());
+        let Some(old) = self.docs.get(path) else {
+            return Err(bad("folded history of a missing document"));
+        };
+        if through > old.current {
+            return Err(bad("folded history reaches past the current version"));
+        }
+        if history.last().map(|b| b.last) != Some(through) {
+            return Err(bad("folded history does not end at the version it holds"));
+        }
+        let mut doc = (**old).clone();
+        doc.history = history;
+        doc.recent.retain(|r| r.version > through);
+        self.docs.insert(path.clone(), Arc::new(doc));
+        Ok(())
+    }
+
     /// Checks that the state's derived indexes match its documents (a self-test for replay
     /// and checkpoint restore; O(documents)).
     pub fn check_indexes(&self) -> Result<()> {
