@@ -52,6 +52,7 @@
 
 mod cancel;
 mod error;
+pub mod file;
 #[cfg(feature = "gcs")]
 pub mod gcs;
 mod hedged;

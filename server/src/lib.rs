@@ -1,4 +1,34 @@
 //! `quire-server`: the knowledge server (handlers, the Mark protocol over QUIC, the HTTP
 //! gateway, auth, limits, config, the world manager) and the `quire` CLI.
 //!
-//! Not built yet: this crate holds only its charter until the server work lands.
+//! What the crate owns so far, each independent of how worlds are stored:
+//! - [`mark`]: the Mark protocol wire codec (requests, responses, metadata blocks, limits).
+//! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
+//!   read rules) and the reloadable per-world token set.
+//! - [`limits`]: per-world admission (concurrent requests, requests per second with burst,
+//!   open watches) with retry hints.
+//! - [`config`]: the strict TOML configuration (listeners, TLS, worlds with their backend,
+//!   authorities, tokens, limits and publish policy) and the embedded default.
+
+pub mod auth;
+pub mod config;
+pub mod limits;
+pub mod mark;
+
+/// `line N: message` for a TOML error, so every file error names its line.
+pub(crate) fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
+    match error.span() {
+        Some(span) => format!("line {}: {}", line_of(text, span.start), error.message()),
+        None => error.message().to_owned(),
+    }
+}
+
+/// The 1-based line holding byte `offset` of `text`.
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}

@@ -1,13 +1,15 @@
 //! The conformance table: every suite over every driver.
 
+use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use quire_blob::BlobStore;
+use quire_blob::file::FileStore;
 use quire_blob::memory::MemoryStore;
 use quire_conformance::{Capabilities, Outcome, blob_case_names, fresh_root, run_blob_suite};
 
-use crate::servers::Server;
+use crate::servers::{Server, fake_gcs};
 
 struct Target {
     name: &'static str,
@@ -15,18 +17,50 @@ struct Target {
     capabilities: Capabilities,
 }
 
-fn targets(_servers: &[Server]) -> Result<Vec<Target>> {
-    Ok(vec![Target {
-        name: "memory",
-        store: Arc::new(MemoryStore::new()),
-        capabilities: Capabilities::default(),
-    }])
+/// The value of `name` in the environment of whichever server provides it.
+fn server_var<'a>(servers: &'a [Server], name: &str) -> Result<&'a str> {
+    servers
+        .iter()
+        .flat_map(|server| server.env.iter())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.as_str())
+        .with_context(|| format!("no local server provides {name}"))
+}
+
+fn targets(scratch: &Path, servers: &[Server]) -> Result<Vec<Target>> {
+    let file_root = scratch.join("file-driver");
+    let file = FileStore::open(&file_root)
+        .with_context(|| format!("opening a file store at {}", file_root.display()))?;
+    Ok(vec![
+        Target {
+            name: "memory",
+            store: Arc::new(MemoryStore::new()),
+            capabilities: Capabilities::default(),
+        },
+        Target {
+            name: "file",
+            store: Arc::new(file),
+            capabilities: Capabilities::default(),
+        },
+        Target {
+            name: "gcs",
+            store: Arc::new(fake_gcs::store(server_var(
+                servers,
+                "QUIRE_TEST_GCS_ENDPOINT",
+            )?)?),
+            // fake-gcs-server deletes whatever generation a DELETE names.
+            capabilities: Capabilities {
+                conditional_delete: false,
+                ..Capabilities::default()
+            },
+        },
+    ])
 }
 
 /// Runs the blob suite over every target and prints a case × driver table; fails if any case
 /// failed anywhere.
-pub async fn run_table(servers: &[Server]) -> Result<()> {
-    let targets = targets(servers)?;
+pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
+    let targets = targets(scratch, servers)?;
     let mut columns = Vec::new();
     for target in &targets {
         let report = run_blob_suite(

@@ -35,8 +35,8 @@ async fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Test => test().await,
         Task::Conformance => {
-            let (_scratch, servers) = start_servers().await?;
-            conformance::run_table(&servers).await
+            let (scratch, servers) = start_servers().await?;
+            conformance::run_table(scratch.path(), &servers).await
         }
         Task::Servers => {
             let (_scratch, servers) = start_servers().await?;
@@ -64,12 +64,12 @@ async fn start_servers() -> Result<(tempfile::TempDir, Vec<servers::Server>)> {
 }
 
 async fn test() -> Result<()> {
-    let (_scratch, servers) = start_servers().await?;
+    let (scratch, servers) = start_servers().await?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
         .current_dir(servers::project_root())
-        .args(["test", "--workspace", "--all-features", "--all-targets"])
+        .args(["test", "--workspace", "--all-features"])
         .env("QUIRE_TEST_REQUIRE_SERVERS", "1");
     for server in &servers {
         command.envs(server.env.iter().map(|(k, v)| (k, v)));
@@ -78,5 +78,5 @@ async fn test() -> Result<()> {
     if !status.success() {
         bail!("cargo test failed: {status}");
     }
-    conformance::run_table(&servers).await
+    conformance::run_table(scratch.path(), &servers).await
 }
