@@ -419,7 +419,14 @@ impl WorldState {
         }
         let mut doc = (**old).clone();
         doc.history = history;
-        doc.recent.retain(|r| r.version > through);
+        // Rebuilt rather than retained: an emptied vector then holds no chunk (a one-record
+        // vector of version records allocates a whole 64-record chunk).
+        doc.recent = doc
+            .recent
+            .iter()
+            .filter(|r| r.version > through)
+            .cloned()
+            .collect();
         self.docs.insert(path.clone(), Arc::new(doc));
         Ok(())
     }
