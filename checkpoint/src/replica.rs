@@ -276,7 +276,7 @@ impl Replica {
         )
         .await?;
         let (docs, marks) = merge_tiers(&base, loaded, &checkpoint_key(prefix, sequence))?;
-        let state = WorldState::restore(marker.world, sequence, base.checkpoint.tip, docs)
+        let state = WorldState::restore_bulk(marker.world, sequence, base.checkpoint.tip, docs)
             .map_err(|e| Error::from_log(op, e))?;
         let tracker = Tracker {
             changes: marks.into_iter().collect(),

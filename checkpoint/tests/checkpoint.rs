@@ -40,7 +40,7 @@ async fn round(writer: &mut Writer, r: usize) {
     for i in 0..6 {
         let doc = (r * 7 + i * 5) % 20;
         let body = format!("# Doc {doc}\n\nround {r} item {i}\n");
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             let tags = format!("t{}, t{}", r % 3, i);
             slot.push(publish_with(
                 &format!("/docs/{doc}.md"),
@@ -64,7 +64,7 @@ async fn round(writer: &mut Writer, r: usize) {
             .commit(&[publish(&format!("/big/{r}.md"), &"x".repeat(9 * 1024 + r))])
             .await;
     }
-    if r % 3 == 0 {
+    if r.is_multiple_of(3) {
         let target = format!("/archive/{}.md", r % 2);
         if writer
             .state
@@ -255,7 +255,7 @@ async fn history_blocks_follow_pruning_across_block_boundaries() {
                 keep.clone(),
             )])
             .await;
-        if v % 170 == 0 || v == 256 || v == 257 {
+        if v.is_multiple_of(170) || v == 256 || v == 257 {
             replica.catch_up().await.unwrap();
             replica.checkpoint(FRESHEN).await.unwrap();
         }
