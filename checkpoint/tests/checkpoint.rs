@@ -52,6 +52,15 @@ async fn round(writer: &mut Writer, r: usize) {
         }
     }
     writer.commit(&slot).await;
+    if r == 10 {
+        // The world outgrows one shard: later tiers take more shard bits.
+        for half in 0..2 {
+            let slot: Vec<_> = (0..150)
+                .map(|i| publish(&format!("/many/{half}/{i}.md"), &format!("many {i}\n")))
+                .collect();
+            writer.commit(&slot).await;
+        }
+    }
     writer
         .commit(&[publish_with(
             "/hot.md",
@@ -90,6 +99,7 @@ async fn cold_start_from_any_checkpoint_equals_the_live_state() {
     let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
     let mut follower = open(&store).await;
     let mut checkpoints = vec![1];
+    let mut saw_middle = false;
     for r in 0..30 {
         round(&mut writer, r).await;
         follower.catch_up().await.unwrap();
@@ -97,6 +107,7 @@ async fn cold_start_from_any_checkpoint_equals_the_live_state() {
         if r % 4 == 3 {
             follower.checkpoint(FRESHEN).await.unwrap().unwrap();
             checkpoints.push(follower.base().sequence());
+            saw_middle |= follower.base().root.tiers[1].documents > 0;
         }
     }
     round(&mut writer, 30).await;
@@ -106,10 +117,7 @@ async fn cold_start_from_any_checkpoint_equals_the_live_state() {
         root.tiers[0].grid > 0 && root.tiers[0].documents > 0,
         "the base tier was cut: {root:?}"
     );
-    assert!(
-        root.tiers[1].grid > root.tiers[0].grid,
-        "the middle tier was cut"
-    );
+    assert!(saw_middle, "some checkpoint held a middle tier");
 
     let live = state_digest(&writer.state);
     assert_eq!(state_digest(follower.state()), live);
