@@ -200,18 +200,6 @@ async fn read_shards(
         .await
 }
 
-fn shard_refs(root: &Root) -> Vec<(usize, u32, Hash)> {
-    let mut refs = Vec::new();
-    for (j, tier) in root.tiers.iter().enumerate() {
-        for (i, hash) in tier.shards.iter().enumerate() {
-            if let Some(hash) = hash {
-                refs.push((j, i as u32, *hash));
-            }
-        }
-    }
-    refs
-}
-
 impl Replica {
     /// Cold start: reads the marker, finds the newest checkpoint (or the one asked for),
     /// loads its root and shards in parallel, builds the world state and replays every slot
@@ -265,21 +253,19 @@ impl Replica {
             })?,
         };
         let base = read_checkpoint(&*store, prefix, sequence, marker.world, op).await?;
-        let loaded = read_shards(
-            &store,
-            prefix,
-            &base.root,
-            sequence,
-            shard_refs(&base.root),
-            options.workers,
-            op,
-        )
-        .await?;
-        let (docs, marks) = merge_tiers(&base, loaded, &checkpoint_key(prefix, sequence))?;
+        let (docs, marks) = load_groups(&store, prefix, &base, options.workers).await?;
+        // The tracker's map builds beside the world state.
+        let marks = tokio::task::spawn_blocking(move || {
+            let mut marks = marks;
+            marks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            marks.into_iter().collect::<OrdMap<DocPath, u64>>()
+        });
         let state = WorldState::restore_bulk(marker.world, sequence, base.checkpoint.tip, docs)
             .map_err(|e| Error::from_log(op, e))?;
         let tracker = Tracker {
-            changes: marks.into_iter().collect(),
+            changes: marks.await.map_err(|e| {
+                Error::new(op, "", ErrorKind::Storage, format!("loader failed: {e}"))
+            })?,
             ..Tracker::default()
         };
         let mut replica = Replica {
@@ -647,45 +633,83 @@ impl Replica {
 /// The documents of a loaded root, and the cut marking each one held above the base tier.
 type Merged = (Vec<DocState>, Vec<(DocPath, u64)>);
 
-/// Merges the tiers of a loaded root: each document as its highest tier holds it. Checks
-/// counts and that a higher tier never holds an older state. Returns the documents and, per
-/// document held above the base tier, the cut that classifies its last change.
-fn merge_tiers(base: &Base, loaded: Vec<(usize, Vec<DocState>)>, key: &str) -> Result<Merged> {
-    let bad = |why: String| Error::integrity(Op::Load, key, why);
-    let root = &base.root;
+/// One group's documents, marks and entries per tier.
+type GroupLoad = (Vec<DocState>, Vec<(DocPath, u64)>, [u64; TIERS]);
+
+/// Loads every shard of `base`'s root and merges the tiers: each document as its highest
+/// tier holds it. Shards are read in groups that share a hash range (the smallest bits of a
+/// non-empty tier), each group read, decoded and merged on a worker thread. Checks the tier
+/// counts, the root's count and that a higher tier never holds an older state.
+async fn load_groups(
+    store: &Arc<dyn BlobStore>,
+    prefix: &str,
+    base: &Base,
+    workers: usize,
+) -> Result<Merged> {
+    let op = Op::Load;
+    let root = base.root.clone();
+    let sequence = base.sequence();
+    let key = checkpoint_key(prefix, sequence);
+    let low = root
+        .tiers
+        .iter()
+        .filter(|t| t.documents > 0)
+        .map(|t| t.bits)
+        .min()
+        .unwrap_or(0);
+    let groups: Vec<u32> = (0..1u32 << low).collect();
+    let loaded: Vec<GroupLoad> = futures::stream::iter(groups)
+        .map(|group| {
+            let store = store.clone();
+            let root = root.clone();
+            let prefix = prefix.to_owned();
+            let key = key.clone();
+            tokio::spawn(async move {
+                let mut reads = Vec::new();
+                for (j, tier) in root.tiers.iter().enumerate() {
+                    let shift = tier.bits.saturating_sub(low);
+                    for index in (group << shift)..((group + 1) << shift) {
+                        let Some(Some(hash)) = tier.shards.get(index as usize) else {
+                            continue;
+                        };
+                        let store = store.clone();
+                        let skey = shard_key(&prefix, hash);
+                        let (hash, bits) = (*hash, tier.bits);
+                        reads.push(async move {
+                            let bytes = read_verified(&*store, &skey, &hash, op).await?;
+                            let docs = decode_shard(&skey, &bytes, bits, index, sequence)?;
+                            Ok::<_, Error>((j, docs))
+                        });
+                    }
+                }
+                let shards = futures::future::try_join_all(reads).await?;
+                merge_group(&root, shards, &key)
+            })
+        })
+        .buffer_unordered(workers.max(1))
+        .map(|joined| {
+            joined.map_err(|e| {
+                Error::new(
+                    op,
+                    "",
+                    ErrorKind::Storage,
+                    format!("shard reader failed: {e}"),
+                )
+            })?
+        })
+        .try_collect()
+        .await?;
     let mut counts = [0u64; TIERS];
-    let mut lower: Vec<DocState> = Vec::new();
-    let mut upper: HashMap<DocPath, (usize, DocState)> = HashMap::new();
-    for (tier, docs) in loaded {
-        counts[tier] += docs.len() as u64;
-        if tier == 0 {
-            lower.extend(docs);
-            continue;
-        }
-        for doc in docs {
-            match upper.get(&doc.path) {
-                Some((other, have)) => {
-                    let (newer, older) = if *other > tier {
-                        (have, &doc)
-                    } else {
-                        (&doc, have)
-                    };
-                    if newer.current < older.current || newer.first < older.first {
-                        return Err(bad(format!(
-                            "{}: a higher tier holds an older state",
-                            doc.path
-                        )));
-                    }
-                    if *other < tier {
-                        upper.insert(doc.path.clone(), (tier, doc));
-                    }
-                }
-                None => {
-                    upper.insert(doc.path.clone(), (tier, doc));
-                }
-            }
+    let mut docs = Vec::with_capacity(root.documents as usize);
+    let mut marks = Vec::new();
+    for (group_docs, group_marks, group_counts) in loaded {
+        docs.extend(group_docs);
+        marks.extend(group_marks);
+        for (total, n) in counts.iter_mut().zip(group_counts) {
+            *total += n;
         }
     }
+    let bad = |why: String| Error::integrity(op, &key, why);
     for (j, tier) in root.tiers.iter().enumerate() {
         if counts[j] != tier.documents {
             return Err(bad(format!(
@@ -693,25 +717,6 @@ fn merge_tiers(base: &Base, loaded: Vec<(usize, Vec<DocState>)>, key: &str) -> R
                 tier.documents, counts[j]
             )));
         }
-    }
-    let mut docs = Vec::with_capacity(root.documents as usize);
-    for doc in lower {
-        match upper.get(&doc.path) {
-            Some((_, newer)) => {
-                if newer.current < doc.current || newer.first < doc.first {
-                    return Err(bad(format!(
-                        "{}: a higher tier holds an older state",
-                        doc.path
-                    )));
-                }
-            }
-            None => docs.push(doc),
-        }
-    }
-    let mut marks = Vec::with_capacity(upper.len());
-    for (path, (tier, doc)) in upper {
-        marks.push((path, root.tiers[tier].cut));
-        docs.push(doc);
     }
     if docs.len() as u64 != root.documents {
         return Err(bad(format!(
@@ -721,4 +726,54 @@ fn merge_tiers(base: &Base, loaded: Vec<(usize, Vec<DocState>)>, key: &str) -> R
         )));
     }
     Ok((docs, marks))
+}
+
+/// Merges the shards of one group: a path held by several tiers keeps its highest tier's
+/// state, which must not be older.
+fn merge_group(root: &Root, shards: Vec<(usize, Vec<DocState>)>, key: &str) -> Result<GroupLoad> {
+    let mut counts = [0u64; TIERS];
+    let mut entries: Vec<(usize, DocState)> = Vec::new();
+    for (tier, docs) in shards {
+        counts[tier] += docs.len() as u64;
+        entries.extend(docs.into_iter().map(|d| (tier, d)));
+    }
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    // Path order, highest tier first within a path.
+    order.sort_unstable_by(|a, b| {
+        let (ta, da) = &entries[*a];
+        let (tb, db) = &entries[*b];
+        da.path.cmp(&db.path).then(tb.cmp(ta))
+    });
+    let mut keep = vec![false; entries.len()];
+    let mut previous: Option<usize> = None;
+    for &i in &order {
+        match previous {
+            Some(p) if entries[p].1.path == entries[i].1.path => {
+                let (newer, older) = (&entries[p].1, &entries[i].1);
+                if newer.current < older.current || newer.first < older.first {
+                    return Err(Error::integrity(
+                        Op::Load,
+                        key,
+                        format!("{}: a higher tier holds an older state", newer.path),
+                    ));
+                }
+            }
+            _ => {
+                keep[i] = true;
+                previous = Some(i);
+            }
+        }
+    }
+    let mut docs = Vec::with_capacity(entries.len());
+    let mut marks = Vec::new();
+    for ((tier, doc), keep) in entries.into_iter().zip(keep) {
+        if !keep {
+            continue;
+        }
+        if tier > 0 {
+            marks.push((doc.path.clone(), root.tiers[tier].cut));
+        }
+        docs.push(doc);
+    }
+    Ok((docs, marks, counts))
 }
