@@ -1,4 +1,44 @@
-//! `quire-checkpoint`: deterministic checkpoints (root, shards, history blocks), cold start,
-//! the compactor, adoption of peers' checkpoints and dropping old checkpoints.
+//! `quire-checkpoint`: deterministic checkpoints (root, tiered shards, history blocks), cold
+//! start, the compactor, adoption of peers' checkpoints and dropping old checkpoints.
 //!
-//! Not built yet: this crate holds only its charter until the checkpoint work lands.
+//! # What this crate owns
+//!
+//! A checkpoint at sequence `S` is a deterministic function of the log through `S`: any store
+//! may write one, racing writers produce byte-identical objects through create-if-absent,
+//! and a checkpoint that was never finished costs only replay. Nothing on the commit path
+//! waits for one.
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`format`] | the objects, their canonical CBOR and the checks on each one |
+//! | [`keys`] | object keys under the world prefix |
+//! | [`history`] | folding versions into absolute 256-version blocks, reading versions |
+//! | [`replica`] | cold start, applying slots, adopting a peer's checkpoint |
+//! | [`write`] | writing a checkpoint from a prepared state |
+//! | [`compactor`] | when to write, deferring to a peer, adopting first |
+//! | [`drop`] | dropping old checkpoints under the generation fence |
+//! | [`export`] | every document and version of a world |
+//! | [`genesis`] | a new world's checkpoint zero and marker |
+//!
+//! The byte layout, and why shards come in tiers, is in `docs/FORMAT.md`.
+
+mod cbor;
+pub mod compactor;
+pub mod digest;
+pub mod drop;
+mod error;
+pub mod export;
+pub mod format;
+pub mod genesis;
+pub mod history;
+pub mod keys;
+pub mod objects;
+pub mod replica;
+pub mod write;
+
+pub use compactor::{Compactor, Policy, Step};
+pub use digest::state_digest;
+pub use error::{Error, ErrorKind, Op, Result};
+pub use objects::{Fence, Put};
+pub use replica::{Base, OpenOptions, Replica};
+pub use write::{CheckpointJob, WriteStats, Written};

@@ -122,6 +122,90 @@ impl WorldState {
         Ok(state)
     }
 
+    /// [`WorldState::restore`] for a whole checkpoint at once: the same checks and the same
+    /// state, built from the documents sorted by path with hashed look-ups and the three
+    /// maps built on two threads, so a million documents load in a fraction of the time
+    /// one-by-one inserts take.
+    pub fn restore_bulk(
+        world: WorldId,
+        sequence: u64,
+        tip: Hash,
+        mut docs: Vec<DocState>,
+    ) -> Result<WorldState> {
+        docs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        if let Some(pair) = docs.windows(2).find(|p| p[0].path == p[1].path) {
+            return Err(Error::integrity(
+                Op::Apply,
+                pair[0].path.as_str(),
+                "duplicate document",
+            ));
+        }
+        let paths: std::collections::HashSet<&str> = docs.iter().map(|d| d.path.as_str()).collect();
+        let mut counts: std::collections::HashMap<(&str, &str), ChildCounts> =
+            std::collections::HashMap::with_capacity(docs.len() + docs.len() / 8);
+        for doc in &docs {
+            if let Some(ancestor) = doc.path.ancestors().find(|a| paths.contains(a)) {
+                return Err(Error::integrity(
+                    Op::Apply,
+                    doc.path.as_str(),
+                    format!("{ancestor} is a document"),
+                ));
+            }
+            let last = doc.path.edges().count() - 1;
+            for (depth, edge) in doc.path.edges().enumerate() {
+                let visible = !hidden_below(&doc.path, depth);
+                let c = counts.entry(edge).or_default();
+                c.docs += 1;
+                c.visible += u64::from(visible);
+                c.live += u64::from(visible && !doc.archived);
+                c.is_doc = depth == last;
+            }
+        }
+        // A document where a directory is: its own edge counts more than itself.
+        for doc in &docs {
+            let edge = doc.path.edges().last().expect("a path has an edge");
+            if counts.get(&edge).is_some_and(|c| c.docs > 1) {
+                return Err(Error::integrity(
+                    Op::Apply,
+                    doc.path.as_str(),
+                    format!("{} is a directory", doc.path),
+                ));
+            }
+        }
+        let mut children: Vec<(ChildKey, ChildCounts)> = counts
+            .into_iter()
+            .map(|((d, n), c)| ((Arc::from(d), Arc::from(n)), c))
+            .collect();
+        drop(paths);
+        let mut live: Vec<(Hash, DocPath)> = docs
+            .iter()
+            .filter(|d| !d.archived)
+            .map(|d| (d.body_hash, d.path.clone()))
+            .collect();
+        let (docs_map, (children, hashes)) = std::thread::scope(|scope| {
+            let side = scope.spawn(move || {
+                children.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                let children: OrdMap<ChildKey, ChildCounts> = children.into_iter().collect();
+                live.sort_unstable();
+                let hashes: OrdSet<(Hash, DocPath)> = live.into_iter().collect();
+                (children, hashes)
+            });
+            let docs_map: OrdMap<DocPath, Arc<DocState>> = docs
+                .into_iter()
+                .map(|d| (d.path.clone(), Arc::new(d)))
+                .collect();
+            (docs_map, side.join().expect("index builder panicked"))
+        });
+        Ok(WorldState {
+            world,
+            sequence,
+            tip,
+            docs: docs_map,
+            children,
+            hashes,
+        })
+    }
+
     pub fn world(&self) -> WorldId {
         self.world
     }
@@ -412,6 +496,41 @@ impl WorldState {
                 self.children.insert(key, counts);
             }
         }
+    }
+
+    /// Records that a checkpoint holds `path`'s versions through `through` in the history
+    /// blocks `history`: the document's folded history becomes `history` and its recent
+    /// versions at or below `through` are dropped. What readers see does not change. Refuses
+    /// a missing document, one that never reached `through`, or a history that does not end
+    /// at `through`.
+    pub fn fold_history(
+        &mut self,
+        path: &DocPath,
+        history: Arc<[HistoryBlockRef]>,
+        through: u64,
+    ) -> Result<()> {
+        let bad = |why: &str| Error::integrity(Op::Apply, path.as_str(), why.to_owned());
+        let Some(old) = self.docs.get(path) else {
+            return Err(bad("folded history of a missing document"));
+        };
+        if through > old.current {
+            return Err(bad("folded history reaches past the current version"));
+        }
+        if history.last().map(|b| b.last) != Some(through) {
+            return Err(bad("folded history does not end at the version it holds"));
+        }
+        let mut doc = (**old).clone();
+        doc.history = history;
+        // Rebuilt rather than retained: an emptied vector then holds no chunk (a one-record
+        // vector of version records allocates a whole 64-record chunk).
+        doc.recent = doc
+            .recent
+            .iter()
+            .filter(|r| r.version > through)
+            .cloned()
+            .collect();
+        self.docs.insert(path.clone(), Arc::new(doc));
+        Ok(())
     }
 
     /// Checks that the state's derived indexes match its documents (a self-test for replay

@@ -1,0 +1,411 @@
+//! Cold start at a million documents on the file driver, and what checkpoints cost.
+//!
+//! ```text
+//! cargo bench -p quire-checkpoint --bench coldstart -- [--docs N] [--dir PATH]
+//!     [--intervals K] [--writes W] [--phase all|build|coldstart|replay|writes]
+//! ```
+//!
+//! Phases (`all` runs each in its own process, so memory figures are per phase):
+//! - `build`: a generator writes the world's slots — exactly the slots the committer would
+//!   write for these publishes (each built like `quire_log::build` builds a publish, inline
+//!   version bytes, 256 entries per slot) — and a replica follows it, writing a checkpoint
+//!   every 64 slots, as a running store would.
+//! - `coldstart`: a fresh process opens the world: newest checkpoint, root, shards, replay.
+//!   Reports the time, the resident set after it and its peak.
+//! - `replay`: cold start, then 1024 slots of 16 uniform random rewrites are committed and
+//!   replayed by the replica (timed).
+//! - `writes`: cold start, then `K` intervals of `W` uniform random rewrites (default 15,000:
+//!   250 writes/s for 60 s), a checkpoint after each; reports checkpoint bytes per write. The
+//!   interval whose checkpoint crosses the base grid rewrites the whole index (a full
+//!   checkpoint) and is reported as such.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quire_blob::BlobStore;
+use quire_blob::file::FileStore;
+use quire_checkpoint::format::DEFAULT_WIDTHS;
+use quire_checkpoint::genesis::create_world;
+use quire_checkpoint::{OpenOptions, Replica, WriteStats};
+use quire_log::metadata::{Catalog, Metadata};
+use quire_log::slot::{EncodedSlot, Entry, EntryOp, EntryWrite, Slot};
+use quire_log::version::StoredVersion;
+use quire_log::{DocPath, Hash, OperationId, StoreId, Timestamp, WorldId, keys};
+use rand::{Rng, SeedableRng};
+
+const WORLD: WorldId = WorldId([0x42; 16]);
+const STORE: StoreId = StoreId([0x24; 16]);
+const PREFIX: &str = "bench/";
+const FRESHEN: Duration = Duration::from_secs(1800);
+const WORKERS: usize = 64;
+
+#[derive(Clone, Debug)]
+struct Args {
+    docs: u64,
+    dir: PathBuf,
+    intervals: usize,
+    writes: u64,
+    phase: String,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        docs: 1_000_000,
+        dir: std::env::temp_dir().join("quire-coldstart"),
+        intervals: 6,
+        writes: 15_000,
+        phase: "all".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--docs" => args.docs = value().parse().expect("--docs N"),
+            "--dir" => args.dir = PathBuf::from(value()),
+            "--intervals" => args.intervals = value().parse().expect("--intervals K"),
+            "--writes" => args.writes = value().parse().expect("--writes W"),
+            "--phase" => args.phase = value(),
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    args
+}
+
+/// Resident set and its peak, in MiB, from the kernel's view of this process.
+fn memory() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn doc_path(i: u64) -> String {
+    format!("/team{:03}/notes/{i:07}.md", i % 500)
+}
+
+fn metadata(i: u64) -> Metadata {
+    let mut m = Metadata::new();
+    m.insert("tags".into(), format!("notes,t{}", i % 50));
+    m
+}
+
+/// Writes slots the way the committer would, without a world state: the generator knows
+/// every document's current version and hash.
+struct Generator {
+    store: Arc<dyn BlobStore>,
+    next: u64,
+    tip: Hash,
+    operations: u64,
+}
+
+impl Generator {
+    fn entry(&mut self, i: u64, version: u64, previous: Option<Hash>) -> (Entry, Hash) {
+        self.operations += 1;
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&self.operations.to_be_bytes());
+        let path = DocPath::parse(&doc_path(i)).unwrap();
+        let meta = metadata(i);
+        let body = format!(
+            "# Note {i}\n\nVersion {version} of note {i}: a paragraph of ordinary text standing in for \
+             what people write, long enough to look like a short note.\n"
+        );
+        let stored = StoredVersion {
+            version,
+            previous,
+            metadata: meta.clone(),
+            body,
+        };
+        let bytes = stored.encode();
+        let hash = Hash::of(&bytes);
+        let entry = Entry {
+            operation: OperationId(id),
+            op: EntryOp::Publish,
+            agent: None,
+            path: path.clone(),
+            current: version,
+            first: 1,
+            archived: false,
+            body_hash: Hash::of(stored.body.as_bytes()),
+            modified: Timestamp(1_767_225_600 + self.operations / 250),
+            write: Some(EntryWrite {
+                catalog: Catalog::derive(&path, &meta, &stored.body),
+                hash,
+                previous,
+                size: bytes.len() as u64,
+                inline: Some(bytes),
+            }),
+        };
+        (entry, hash)
+    }
+
+    async fn commit(&mut self, entries: Vec<Entry>) {
+        let n = entries.len() as u64;
+        let key = keys::slot_key(PREFIX, self.next);
+        let slot = Slot {
+            world: WORLD,
+            first: self.next,
+            store: STORE,
+            prev: self.tip,
+            entries,
+        };
+        let encoded = EncodedSlot::encode(slot, &key).unwrap();
+        self.store
+            .create(&key, encoded.bytes.clone())
+            .await
+            .unwrap();
+        self.tip = encoded.hash;
+        self.next += n;
+    }
+
+    /// Commits `writes` uniform random rewrites in slots of `per_slot`, reading each
+    /// document's head from `replica` unless this run rewrote it already.
+    async fn rewrites(
+        &mut self,
+        replica: &Replica,
+        docs: u64,
+        writes: u64,
+        per_slot: usize,
+        rng: &mut impl Rng,
+    ) {
+        let mut heads: HashMap<u64, (u64, Hash)> = HashMap::new();
+        let mut left = writes;
+        while left > 0 {
+            let mut entries = Vec::new();
+            let mut in_slot = std::collections::HashSet::new();
+            while entries.len() < per_slot && left > 0 {
+                let i = rng.random_range(0..docs);
+                if !in_slot.insert(i) {
+                    continue;
+                }
+                let (version, hash) = *heads.entry(i).or_insert_with(|| {
+                    let doc = replica
+                        .state()
+                        .doc(&DocPath::parse(&doc_path(i)).unwrap())
+                        .unwrap();
+                    (doc.current, doc.head.hash)
+                });
+                let (entry, new_hash) = self.entry(i, version + 1, Some(hash));
+                heads.insert(i, (version + 1, new_hash));
+                entries.push(entry);
+                left -= 1;
+            }
+            self.commit(entries).await;
+        }
+    }
+}
+
+async fn open(store: &Arc<dyn BlobStore>) -> Replica {
+    let options = OpenOptions {
+        workers: WORKERS,
+        ..OpenOptions::default()
+    };
+    Replica::open(store.clone(), PREFIX, &options)
+        .await
+        .unwrap()
+}
+
+fn store(args: &Args) -> Arc<dyn BlobStore> {
+    std::fs::create_dir_all(&args.dir).unwrap();
+    Arc::new(FileStore::open(&args.dir).unwrap())
+}
+
+fn report(label: &str, stats: &WriteStats, elapsed: Duration) {
+    println!(
+        "{label}: {:.2} s, {} blocks, {} shards, {} created, {} reused, {:.1} MB written",
+        elapsed.as_secs_f64(),
+        stats.blocks,
+        stats.shards,
+        stats.created,
+        stats.reused,
+        stats.bytes_written as f64 / 1e6
+    );
+}
+
+async fn build(args: &Args) {
+    if args.dir.exists() {
+        std::fs::remove_dir_all(&args.dir).unwrap();
+    }
+    let store = store(args);
+    create_world(&*store, PREFIX, WORLD, DEFAULT_WIDTHS)
+        .await
+        .unwrap();
+    let mut generator = Generator {
+        store: store.clone(),
+        next: 2,
+        tip: quire_log::marker::genesis_tip(WORLD),
+        operations: 0,
+    };
+    let mut replica = open(&store).await;
+    let started = Instant::now();
+    let mut checkpoint_time = Duration::ZERO;
+    let mut written = 0u64;
+    let mut i = 0;
+    let mut slots: u64 = 0;
+    while i < args.docs {
+        let n = (args.docs - i).min(256);
+        let entries: Vec<Entry> = (i..i + n).map(|k| generator.entry(k, 1, None).0).collect();
+        generator.commit(entries).await;
+        i += n;
+        slots += 1;
+        if slots.is_multiple_of(64) || i == args.docs {
+            replica.catch_up().await.unwrap();
+            let t = Instant::now();
+            let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+            checkpoint_time += t.elapsed();
+            written += stats.bytes_written;
+            if slots.is_multiple_of(1024) || i == args.docs {
+                let (rss, _) = memory();
+                println!(
+                    "built {i} documents in {:.0} s (checkpoints {:.0} s, {:.0} MB), resident {rss:.0} MiB",
+                    started.elapsed().as_secs_f64(),
+                    checkpoint_time.as_secs_f64(),
+                    written as f64 / 1e6
+                );
+            }
+        }
+    }
+    println!(
+        "build: {} documents at sequence {}",
+        replica.state().doc_count(),
+        replica.state().sequence()
+    );
+}
+
+async fn coldstart(args: &Args) {
+    let store = store(args);
+    let (before, _) = memory();
+    let t = Instant::now();
+    let replica = open(&store).await;
+    let elapsed = t.elapsed();
+    let (after, peak) = memory();
+    let base = replica.base();
+    println!(
+        "cold start: {:.2} s for {} documents (checkpoint {}, replayed {} slots), resident {:.0} MiB (+{:.0}), peak {:.0} MiB",
+        elapsed.as_secs_f64(),
+        replica.state().doc_count(),
+        base.sequence(),
+        replica.slots_since_base(),
+        after,
+        after - before,
+        peak
+    );
+    for (j, tier) in base.root.tiers.iter().enumerate() {
+        println!(
+            "  tier {j}: grid {} cut {} documents {} shards {}",
+            tier.grid,
+            tier.cut,
+            tier.documents,
+            tier.shards.iter().flatten().count()
+        );
+    }
+}
+
+async fn replay(args: &Args) {
+    let store = store(args);
+    let mut replica = open(&store).await;
+    let mut generator = Generator {
+        store: store.clone(),
+        next: replica.state().sequence() + 1,
+        tip: replica.state().tip(),
+        operations: replica.state().sequence() * 7,
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let docs = replica.state().doc_count();
+    generator
+        .rewrites(&replica, docs, 1024 * 16, 16, &mut rng)
+        .await;
+    let t = Instant::now();
+    let applied = replica.catch_up().await.unwrap();
+    println!(
+        "replay: {applied} slots (16 writes each) in {:.3} s",
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    report("checkpoint after replay", &stats, t.elapsed());
+}
+
+async fn writes(args: &Args) {
+    let store = store(args);
+    let mut replica = open(&store).await;
+    let mut generator = Generator {
+        store: store.clone(),
+        next: replica.state().sequence() + 1,
+        tip: replica.state().tip(),
+        operations: replica.state().sequence() * 11,
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+    let docs = replica.state().doc_count();
+    let mut steady = Vec::new();
+    for k in 0..args.intervals {
+        let base_grid = replica.base().root.tiers[0].grid;
+        let middle_grid = replica.base().root.tiers[1].grid;
+        generator
+            .rewrites(&replica, docs, args.writes, 16, &mut rng)
+            .await;
+        replica.catch_up().await.unwrap();
+        let t = Instant::now();
+        let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+        let elapsed = t.elapsed();
+        let per_write = stats.bytes_written as f64 / args.writes as f64;
+        let full = replica.base().root.tiers[0].grid != base_grid;
+        let kind = if full {
+            "full (base rebuilt)"
+        } else if replica.base().root.tiers[1].grid != middle_grid {
+            "middle rebuilt"
+        } else {
+            "incremental"
+        };
+        report(&format!("interval {k} [{kind}]"), &stats, elapsed);
+        println!("  {per_write:.0} bytes per write");
+        if !full {
+            steady.push(per_write);
+        }
+    }
+    if !steady.is_empty() {
+        println!(
+            "mean over intervals without a base rebuild: {:.0} bytes per write",
+            steady.iter().sum::<f64>() / steady.len() as f64
+        );
+    }
+}
+
+fn main() {
+    let args = parse_args();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.phase == "all" {
+        let exe = std::env::current_exe().unwrap();
+        for phase in ["build", "coldstart", "replay", "coldstart", "writes"] {
+            let status = std::process::Command::new(&exe)
+                .args(["--phase", phase, "--docs", &args.docs.to_string()])
+                .args(["--dir", &args.dir.display().to_string()])
+                .args(["--intervals", &args.intervals.to_string()])
+                .args(["--writes", &args.writes.to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success(), "phase {phase} failed");
+        }
+        return;
+    }
+    runtime.block_on(async {
+        match args.phase.as_str() {
+            "build" => build(&args).await,
+            "coldstart" => coldstart(&args).await,
+            "replay" => replay(&args).await,
+            "writes" => writes(&args).await,
+            other => panic!("unknown phase {other}"),
+        }
+    });
+}

@@ -1,0 +1,26 @@
+//! Canonical CBOR for checkpoint objects, with the same strict rule as the log's: decoding
+//! refuses unknown fields, trailing bytes and any input that does not re-encode to exactly
+//! the same bytes.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Encodes `value` canonically.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    ciborium::into_writer(value, &mut out).expect("encoding into memory cannot fail");
+    out
+}
+
+/// Decodes `bytes`, refusing anything but the canonical encoding of one value.
+pub(crate) fn decode_strict<T: DeserializeOwned + Serialize>(bytes: &[u8]) -> Result<T, String> {
+    let mut rest = bytes;
+    let value: T = ciborium::from_reader(&mut rest).map_err(|e| format!("malformed CBOR: {e}"))?;
+    if !rest.is_empty() {
+        return Err(format!("{} trailing bytes", rest.len()));
+    }
+    if encode(&value) != bytes {
+        return Err("not in canonical encoding".into());
+    }
+    Ok(value)
+}

@@ -1,0 +1,168 @@
+//! The compactor: when a store writes a checkpoint, and what it does instead.
+//!
+//! Any store may write a checkpoint once the newest lags its state by [`Policy::slots`]
+//! slots or the first slot after it is [`Policy::age`] old, after a random delay (so peers
+//! rarely race; when they do, they write identical bytes). Each step first lists the
+//! checkpoints: a newer one written by a peer is adopted (reading only the shards whose
+//! references changed) and nothing is written; a newest checkpoint written by a peer less
+//! than [`Policy::defer`] ago means that peer is compacting, so this store defers. After a
+//! checkpoint is written, old ones are dropped.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use quire_log::Clock;
+use rand::{Rng, SeedableRng};
+
+use crate::drop::{DropReport, drop_old};
+use crate::error::Result;
+use crate::replica::Replica;
+use crate::write::WriteStats;
+
+/// When and how the compactor runs.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Write once this many slots were applied since the newest checkpoint.
+    pub slots: u64,
+    /// Or once the first of them is this old.
+    pub age: Duration,
+    /// The longest random delay before a step.
+    pub max_delay: Duration,
+    /// Defer to a peer whose checkpoint is younger than this.
+    pub defer: Duration,
+    /// Checkpoints always kept.
+    pub keep: usize,
+    /// How long a superseded checkpoint is kept; the generation fence rewrites reused
+    /// objects older than half of it.
+    pub grace: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            slots: 1024,
+            age: Duration::from_secs(60),
+            max_delay: Duration::from_secs(10),
+            defer: Duration::from_secs(300),
+            keep: 3,
+            grace: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What one step did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing was due.
+    Idle,
+    /// A peer's newer checkpoint was adopted.
+    Adopted(u64),
+    /// A peer wrote the newest checkpoint recently; it is left to compact.
+    Deferred(u64),
+    /// This store wrote a checkpoint at the sequence, then dropped old ones.
+    Written {
+        sequence: u64,
+        stats: WriteStats,
+        dropped: DropReport,
+    },
+}
+
+/// A store's compactor.
+#[derive(Debug)]
+pub struct Compactor {
+    policy: Policy,
+    clock: Arc<dyn Clock>,
+    own: HashSet<u64>,
+    rng: rand::rngs::StdRng,
+}
+
+impl Compactor {
+    pub fn new(policy: Policy, clock: Arc<dyn Clock>, seed: u64) -> Self {
+        Compactor {
+            policy,
+            clock,
+            own: HashSet::new(),
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+        }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    fn now(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(self.clock.now().0)
+    }
+
+    /// Whether the replica's newest checkpoint lags enough to write one.
+    pub fn due(&self, replica: &Replica) -> bool {
+        replica.slots_since_base() >= self.policy.slots
+            || replica
+                .pending_for()
+                .is_some_and(|age| age >= self.policy.age)
+    }
+
+    /// The random delay to wait before the next step.
+    pub fn delay(&mut self) -> Duration {
+        let max = self.policy.max_delay.as_millis() as u64;
+        Duration::from_millis(if max == 0 {
+            0
+        } else {
+            self.rng.random_range(0..=max)
+        })
+    }
+
+    /// One step: adopt a newer checkpoint, or defer to a peer, or write one if due.
+    pub async fn step(&mut self, replica: &mut Replica) -> Result<Step> {
+        let newest = replica.newest_checkpoint().await?;
+        if let Some((sequence, _)) = &newest
+            && *sequence > replica.base().sequence()
+        {
+            replica.adopt(*sequence).await?;
+            return Ok(Step::Adopted(*sequence));
+        }
+        if !self.due(replica) {
+            return Ok(Step::Idle);
+        }
+        if let Some((sequence, attrs)) = &newest
+            && !self.own.contains(sequence)
+            && *sequence > quire_log::marker::GENESIS_SEQUENCE
+            && self
+                .now()
+                .duration_since(attrs.modified)
+                .unwrap_or_default()
+                < self.policy.defer
+        {
+            return Ok(Step::Deferred(*sequence));
+        }
+        let Some(stats) = replica.checkpoint(self.policy.grace / 2).await? else {
+            return Ok(Step::Idle);
+        };
+        let sequence = replica.base().sequence();
+        if stats.own {
+            self.own.insert(sequence);
+        }
+        let dropped = match drop_old(
+            &**replica.store(),
+            replica.prefix(),
+            replica.state().world(),
+            self.policy.keep,
+            self.policy.grace,
+            self.now(),
+        )
+        .await
+        {
+            Ok(report) => report,
+            Err(e) => {
+                tracing::warn!(error = %e, "dropping old checkpoints failed");
+                DropReport::default()
+            }
+        };
+        Ok(Step::Written {
+            sequence,
+            stats,
+            dropped,
+        })
+    }
+}

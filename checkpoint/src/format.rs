@@ -1,0 +1,665 @@
+//! The checkpoint objects, their canonical CBOR encodings and every check a reader makes on
+//! one object alone. See `docs/FORMAT.md` for the layout and the reasons behind it.
+//!
+//! - **checkpoint** `{schema, world, sequence, root, tip, documents}`;
+//! - **root** `{schema, world, documents, widths, tiers}`: [`TIERS`] tiers, each
+//!   `{grid, cut, documents, bits, shards}` with exactly `2^bits` shard references (`null` for
+//!   an empty shard);
+//! - **shard** `{schema, bits, shard, entries}`: entries strictly path-sorted, each an array
+//!   `[path, current, first, archived, body_hash, modified, title, metadata, etag, size,
+//!   location, history]`, every path hashing into this shard;
+//! - **history block** `{schema, path, first, last, versions}`: the version records
+//!   `first..=last` of one document (named by its path hash), inside one absolute block of
+//!   [`HISTORY_BLOCK`] versions, each an array `[hash, body_hash, modified, size, location]`.
+//!
+//! A location is `[slot, offset]` for version bytes inline in a slot (read with a range get
+//! of `size` bytes at `offset`), or `null` for a content-addressed blob.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use quire_log::metadata::{self, Catalog, Metadata};
+use quire_log::model::HistoryBlockRef;
+use quire_log::slot::MAX_VERSION_SIZE;
+use quire_log::{DocPath, DocState, Hash, Location, Timestamp, VersionRecord, WorldId};
+use serde::{Deserialize, Serialize};
+
+use crate::cbor;
+use crate::error::{Error, Op, Result};
+
+/// The schema number of every checkpoint object.
+pub const SCHEMA: u32 = 1;
+/// About how many documents one shard holds.
+pub const DOCS_PER_SHARD: u64 = 256;
+/// The most shard bits: at most 65,536 shards per tier.
+pub const MAX_SHARD_BITS: u8 = 16;
+/// The most documents a world may hold.
+pub const MAX_DOCUMENTS: u64 = DOCS_PER_SHARD << MAX_SHARD_BITS;
+/// Versions per absolute history block: block `k` holds versions `256k+1..=256(k+1)`.
+pub const HISTORY_BLOCK: u64 = 256;
+/// Tiers in a root: the base, the middle and the top tier.
+pub const TIERS: usize = 3;
+/// The grid widths (in sequences) of the base and middle tiers a new world gets.
+pub const DEFAULT_WIDTHS: [u64; TIERS - 1] = [1 << 19, 1 << 16];
+
+/// The shard bits for `documents`: the smallest `b` ≤ 16 with `documents ≤ 256·2^b`.
+pub fn shard_bits(documents: u64) -> u8 {
+    let mut bits = 0;
+    while bits < MAX_SHARD_BITS && documents > DOCS_PER_SHARD << bits {
+        bits += 1;
+    }
+    bits
+}
+
+/// The blake3 hash of a path's bytes.
+pub fn path_hash(path: &str) -> Hash {
+    Hash::of(path.as_bytes())
+}
+
+/// The shard of a path hash under `bits`: the top `bits` bits of its first 32 bits.
+pub fn shard_of(hash: &Hash, bits: u8) -> u32 {
+    if bits == 0 {
+        return 0;
+    }
+    let top = u32::from_be_bytes([hash.0[0], hash.0[1], hash.0[2], hash.0[3]]);
+    top >> (32 - u32::from(bits))
+}
+
+/// A shard's label: its index in lowercase hex, `ceil(bits/4)` digits (at least one).
+pub fn label(bits: u8, index: u32) -> String {
+    let width = usize::from(bits.div_ceil(4).max(1));
+    format!("{index:0width$x}")
+}
+
+/// The grid point of a tier of `width` at `sequence`: the largest multiple of `width` not
+/// above it.
+pub fn grid(width: u64, sequence: u64) -> u64 {
+    sequence / width * width
+}
+
+/// The absolute history block holding `version` (versions start at 1).
+pub fn block_of(version: u64) -> u64 {
+    (version - 1) / HISTORY_BLOCK
+}
+
+/// The versions of absolute block `block` a document retaining `first..=current` keeps.
+pub fn block_range(block: u64, first: u64, current: u64) -> (u64, u64) {
+    let lo = (block * HISTORY_BLOCK + 1).max(first);
+    let hi = ((block + 1) * HISTORY_BLOCK).min(current);
+    (lo, hi)
+}
+
+/// The block ranges a document retaining `first..=current` has, oldest first.
+pub fn block_ranges(first: u64, current: u64) -> impl Iterator<Item = (u64, u64)> {
+    (block_of(first)..=block_of(current)).map(move |b| block_range(b, first, current))
+}
+
+type WireLocation = Option<(u64, u64)>;
+
+fn wire_location(location: Location) -> WireLocation {
+    match location {
+        Location::Inline { slot, offset } => Some((slot, offset)),
+        Location::Blob => None,
+    }
+}
+
+fn location_of(wire: WireLocation) -> Location {
+    match wire {
+        Some((slot, offset)) => Location::Inline { slot, offset },
+        None => Location::Blob,
+    }
+}
+
+/// A checkpoint: the world through `sequence`, held by `root`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub world: WorldId,
+    pub sequence: u64,
+    /// The hash of the root object's bytes.
+    pub root: Hash,
+    /// The hash the next slot names as `prev`: the blake3 of the bytes of the slot ending at
+    /// `sequence` (the genesis tip for checkpoint zero).
+    pub tip: Hash,
+    pub documents: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckpointWire {
+    schema: u32,
+    world: WorldId,
+    sequence: u64,
+    root: Hash,
+    tip: Hash,
+    documents: u64,
+}
+
+impl Checkpoint {
+    pub fn encode(&self) -> Bytes {
+        Bytes::from(cbor::encode(&CheckpointWire {
+            schema: SCHEMA,
+            world: self.world,
+            sequence: self.sequence,
+            root: self.root,
+            tip: self.tip,
+            documents: self.documents,
+        }))
+    }
+
+    /// Decodes the checkpoint stored at `key`, which names `sequence`.
+    pub fn decode(key: &str, sequence: u64, bytes: &[u8]) -> Result<Checkpoint> {
+        let bad = |why: String| Error::integrity(Op::Decode, key, why);
+        let wire: CheckpointWire = cbor::decode_strict(bytes).map_err(bad)?;
+        if wire.schema != SCHEMA {
+            return Err(bad(format!(
+                "unsupported checkpoint schema {}",
+                wire.schema
+            )));
+        }
+        if wire.sequence != sequence {
+            return Err(bad(format!(
+                "checkpoint names sequence {} under the key of {sequence}",
+                wire.sequence
+            )));
+        }
+        if wire.documents > MAX_DOCUMENTS {
+            return Err(bad(format!("{} documents is too many", wire.documents)));
+        }
+        Ok(Checkpoint {
+            world: wire.world,
+            sequence: wire.sequence,
+            root: wire.root,
+            tip: wire.tip,
+            documents: wire.documents,
+        })
+    }
+}
+
+/// One tier of a root: documents whose last change falls in the tier's range, as they stood
+/// at the tier's cut.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tier {
+    /// The grid point the tier was cut at (the checkpoint's sequence for the top tier).
+    pub grid: u64,
+    /// The sequence of the state the tier holds: the end of the slot holding `grid` (1 for a
+    /// grid point at or before genesis).
+    pub cut: u64,
+    /// Entries in the tier.
+    pub documents: u64,
+    /// Shard bits: from the world's document count at the cut.
+    pub bits: u8,
+    /// `2^bits` shard references, `None` for an empty shard.
+    pub shards: Vec<Option<Hash>>,
+}
+
+impl Tier {
+    /// An empty tier cut at `grid` (state `cut`) of a world holding `world_documents` there.
+    pub fn empty(grid: u64, cut: u64, world_documents: u64) -> Tier {
+        let bits = shard_bits(world_documents);
+        Tier {
+            grid,
+            cut,
+            documents: 0,
+            bits,
+            shards: vec![None; 1 << bits],
+        }
+    }
+}
+
+/// A root: the world's documents, in [`TIERS`] tiers of shards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Root {
+    pub world: WorldId,
+    pub documents: u64,
+    /// The grid widths of the tiers below the top, fixed for a world at genesis.
+    pub widths: [u64; TIERS - 1],
+    pub tiers: Vec<Tier>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RootWire {
+    schema: u32,
+    world: WorldId,
+    documents: u64,
+    widths: Vec<u64>,
+    tiers: Vec<Tier>,
+}
+
+/// Whether `widths` is a usable tier layout: powers of two, each dividing the one below.
+pub fn widths_are_valid(widths: &[u64; TIERS - 1]) -> bool {
+    widths.iter().all(|w| w.is_power_of_two() && *w >= 2) && widths.windows(2).all(|p| p[0] >= p[1])
+}
+
+impl Root {
+    pub fn encode(&self) -> Bytes {
+        Bytes::from(cbor::encode(&RootWire {
+            schema: SCHEMA,
+            world: self.world,
+            documents: self.documents,
+            widths: self.widths.to_vec(),
+            tiers: self.tiers.clone(),
+        }))
+    }
+
+    /// Decodes a root and checks it against the checkpoint naming it.
+    pub fn decode(key: &str, bytes: &[u8], checkpoint: &Checkpoint) -> Result<Root> {
+        let bad = |why: String| Error::integrity(Op::Decode, key, why);
+        let wire: RootWire = cbor::decode_strict(bytes).map_err(bad)?;
+        if wire.schema != SCHEMA {
+            return Err(bad(format!("unsupported root schema {}", wire.schema)));
+        }
+        let widths: [u64; TIERS - 1] = wire
+            .widths
+            .as_slice()
+            .try_into()
+            .map_err(|_| bad(format!("{} tier widths", wire.widths.len())))?;
+        let root = Root {
+            world: wire.world,
+            documents: wire.documents,
+            widths,
+            tiers: wire.tiers,
+        };
+        root.check(checkpoint).map_err(bad)?;
+        Ok(root)
+    }
+
+    fn check(&self, checkpoint: &Checkpoint) -> Result<(), String> {
+        let s = checkpoint.sequence;
+        if self.world != checkpoint.world {
+            return Err("root of another world".into());
+        }
+        if self.documents != checkpoint.documents || self.documents > MAX_DOCUMENTS {
+            return Err(format!(
+                "root holds {} documents, checkpoint says {}",
+                self.documents, checkpoint.documents
+            ));
+        }
+        if !widths_are_valid(&self.widths) {
+            return Err(format!("invalid tier widths {:?}", self.widths));
+        }
+        if self.tiers.len() != TIERS {
+            return Err(format!("{} tiers, not {TIERS}", self.tiers.len()));
+        }
+        let mut previous: Option<&Tier> = None;
+        for (j, tier) in self.tiers.iter().enumerate() {
+            let expected_grid = match self.widths.get(j) {
+                Some(width) => grid(*width, s),
+                None => s,
+            };
+            if tier.grid != expected_grid {
+                return Err(format!(
+                    "tier {j} cut at grid {} for sequence {s}",
+                    tier.grid
+                ));
+            }
+            let low = tier.grid.max(quire_log::marker::GENESIS_SEQUENCE);
+            let slot_span = quire_log::slot::MAX_SLOT_ENTRIES as u64;
+            if tier.cut < low || tier.cut > s || tier.cut - low >= slot_span {
+                return Err(format!(
+                    "tier {j} cut {} does not fit grid {}",
+                    tier.cut, tier.grid
+                ));
+            }
+            if j == TIERS - 1 && tier.cut != s {
+                return Err("the top tier is not cut at the checkpoint".into());
+            }
+            if tier.bits > MAX_SHARD_BITS || tier.shards.len() != 1usize << tier.bits {
+                return Err(format!(
+                    "tier {j}: {} shard references for {} bits",
+                    tier.shards.len(),
+                    tier.bits
+                ));
+            }
+            if tier.documents > DOCS_PER_SHARD << tier.bits || tier.documents > self.documents {
+                return Err(format!("tier {j}: {} documents do not fit", tier.documents));
+            }
+            if tier.documents == 0 && tier.shards.iter().any(Option::is_some) {
+                return Err(format!("tier {j} is empty but names shards"));
+            }
+            if let Some(p) = previous
+                && (tier.cut < p.cut || tier.bits < p.bits)
+            {
+                return Err(format!("tier {j} is cut before the tier below it"));
+            }
+            previous = Some(tier);
+        }
+        if self.tiers[TIERS - 1].bits != shard_bits(self.documents) {
+            return Err("top tier bits do not match the document count".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct EntryWire(
+    String,
+    u64,
+    u64,
+    bool,
+    Hash,
+    Timestamp,
+    String,
+    Metadata,
+    Hash,
+    u64,
+    WireLocation,
+    Vec<(u64, u64, Hash)>,
+);
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShardWire {
+    schema: u32,
+    bits: u8,
+    shard: u32,
+    entries: Vec<EntryWire>,
+}
+
+/// The catalog record a stored title and metadata stand for (tags and importance derive from
+/// the metadata exactly as the log derives them).
+fn catalog_of(title: String, metadata: Metadata) -> Catalog {
+    let tags = metadata
+        .get("tags")
+        .map(|t| metadata::split_tags(t).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let importance = metadata
+        .get("importance")
+        .and_then(|v| metadata::canonical_importance(v))
+        .unwrap_or_else(|| metadata::DEFAULT_IMPORTANCE.to_owned());
+    Catalog {
+        title,
+        tags,
+        importance,
+        metadata,
+    }
+}
+
+/// Encodes shard `index` under `bits`: each document with the history references that hold
+/// its versions. `docs` must be path-sorted and belong to the shard.
+pub fn encode_shard(
+    bits: u8,
+    index: u32,
+    docs: &[(&DocState, &[HistoryBlockRef])],
+) -> Result<Bytes> {
+    let mut entries = Vec::with_capacity(docs.len());
+    for (doc, history) in docs {
+        let rebuilt = catalog_of(doc.catalog.title.clone(), doc.catalog.metadata.clone());
+        if rebuilt != *doc.catalog {
+            return Err(Error::integrity(
+                Op::Write,
+                doc.path.as_str(),
+                "catalog record does not derive from its metadata",
+            ));
+        }
+        entries.push(EntryWire(
+            doc.path.as_str().to_owned(),
+            doc.current,
+            doc.first,
+            doc.archived,
+            doc.body_hash,
+            doc.modified,
+            doc.catalog.title.clone(),
+            doc.catalog.metadata.clone(),
+            doc.head.hash,
+            doc.head.size,
+            wire_location(doc.head.location),
+            history.iter().map(|b| (b.first, b.last, b.hash)).collect(),
+        ));
+    }
+    Ok(Bytes::from(cbor::encode(&ShardWire {
+        schema: SCHEMA,
+        bits,
+        shard: index,
+        entries,
+    })))
+}
+
+/// Decodes the shard at `key`, which the root names as shard `index` under `bits`, into
+/// documents (with no recent versions). `sequence` is the checkpoint's: no version may live
+/// in a later slot.
+pub fn decode_shard(
+    key: &str,
+    bytes: &[u8],
+    bits: u8,
+    index: u32,
+    sequence: u64,
+) -> Result<Vec<DocState>> {
+    let bad = |why: String| Error::integrity(Op::Decode, key, why);
+    let wire: ShardWire = cbor::decode_strict(bytes).map_err(bad)?;
+    if wire.schema != SCHEMA {
+        return Err(bad(format!("unsupported shard schema {}", wire.schema)));
+    }
+    if wire.bits != bits || wire.shard != index {
+        return Err(bad(format!(
+            "shard labelled {}/{} where the root names {}/{}",
+            wire.bits,
+            label(wire.bits, wire.shard),
+            bits,
+            label(bits, index)
+        )));
+    }
+    let mut docs: Vec<DocState> = Vec::with_capacity(wire.entries.len());
+    for (i, e) in wire.entries.into_iter().enumerate() {
+        let EntryWire(
+            path,
+            current,
+            first,
+            archived,
+            body_hash,
+            modified,
+            title,
+            meta,
+            etag,
+            size,
+            location,
+            history,
+        ) = e;
+        let at = |why: &str| bad(format!("entry {i} ({path:?}): {why}"));
+        let doc_path = DocPath::canonical(&path).map_err(|why| at(&why.to_string()))?;
+        if let Some(previous) = docs.last()
+            && previous.path >= doc_path
+        {
+            return Err(at("entries are not strictly path-sorted"));
+        }
+        if shard_of(&path_hash(&path), bits) != index {
+            return Err(at("path does not belong to this shard"));
+        }
+        if current == 0 || first == 0 || first > current {
+            return Err(at("version range out of order"));
+        }
+        if title.is_empty() || !metadata::is_normal(&meta) {
+            return Err(at("catalog record is not valid"));
+        }
+        if size > MAX_VERSION_SIZE {
+            return Err(at("version exceeds the size limit"));
+        }
+        if let Some((slot, _)) = location
+            && (slot <= quire_log::marker::GENESIS_SEQUENCE || slot > sequence)
+        {
+            return Err(at(
+                "inline version lives in a slot the checkpoint does not cover",
+            ));
+        }
+        let expected: Vec<(u64, u64)> = block_ranges(first, current).collect();
+        if history.len() != expected.len()
+            || history.iter().zip(&expected).any(|(h, e)| (h.0, h.1) != *e)
+        {
+            return Err(at("history blocks do not tile the retained versions"));
+        }
+        let history: Arc<[HistoryBlockRef]> = history
+            .into_iter()
+            .map(|(first, last, hash)| HistoryBlockRef { first, last, hash })
+            .collect();
+        docs.push(DocState {
+            path: doc_path,
+            current,
+            first,
+            archived,
+            body_hash,
+            modified,
+            catalog: Arc::new(catalog_of(title, meta)),
+            head: VersionRecord {
+                version: current,
+                hash: etag,
+                body_hash,
+                modified,
+                size,
+                location: location_of(location),
+            },
+            history,
+            recent: imbl::Vector::new(),
+        });
+    }
+    Ok(docs)
+}
+
+#[derive(Serialize, Deserialize)]
+struct RecordWire(Hash, Hash, Timestamp, u64, WireLocation);
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryWire {
+    schema: u32,
+    path: Hash,
+    first: u64,
+    last: u64,
+    versions: Vec<RecordWire>,
+}
+
+/// Encodes the history block of the document whose path hashes to `path`: `records` are
+/// contiguous versions inside one absolute block.
+pub fn encode_block(path: Hash, records: &[VersionRecord]) -> Bytes {
+    let first = records.first().map_or(0, |r| r.version);
+    let last = records.last().map_or(0, |r| r.version);
+    Bytes::from(cbor::encode(&HistoryWire {
+        schema: SCHEMA,
+        path,
+        first,
+        last,
+        versions: records
+            .iter()
+            .map(|r| {
+                RecordWire(
+                    r.hash,
+                    r.body_hash,
+                    r.modified,
+                    r.size,
+                    wire_location(r.location),
+                )
+            })
+            .collect(),
+    }))
+}
+
+/// Decodes the history block at `key` that a document whose path hashes to `path` names for
+/// versions `first..=last`.
+pub fn decode_block(
+    key: &str,
+    bytes: &[u8],
+    path: Hash,
+    first: u64,
+    last: u64,
+) -> Result<Vec<VersionRecord>> {
+    let bad = |why: String| Error::integrity(Op::Decode, key, why);
+    let wire: HistoryWire = cbor::decode_strict(bytes).map_err(bad)?;
+    if wire.schema != SCHEMA {
+        return Err(bad(format!("unsupported history schema {}", wire.schema)));
+    }
+    if wire.path != path {
+        return Err(bad("history block of another document".into()));
+    }
+    if wire.first != first || wire.last != last || first == 0 || block_of(first) != block_of(last) {
+        return Err(bad(format!(
+            "block holds versions {}..={} where {first}..={last} was named",
+            wire.first, wire.last
+        )));
+    }
+    if wire.versions.len() as u64 != last - first + 1 {
+        return Err(bad("block holds the wrong number of versions".into()));
+    }
+    Ok(wire
+        .versions
+        .into_iter()
+        .zip(first..)
+        .map(
+            |(RecordWire(hash, body_hash, modified, size, location), version)| VersionRecord {
+                version,
+                hash,
+                body_hash,
+                modified,
+                size,
+                location: location_of(location),
+            },
+        )
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_math_matches_the_layout() {
+        for (n, bits) in [
+            (0, 0),
+            (256, 0),
+            (257, 1),
+            (512, 1),
+            (513, 2),
+            (100_000, 9),
+            (1_000_000, 12),
+            (u64::MAX, 16),
+        ] {
+            assert_eq!(shard_bits(n), bits, "{n}");
+        }
+        assert_eq!(label(0, 0), "0");
+        assert_eq!(label(4, 5), "5");
+        assert_eq!(label(12, 0xabc), "abc");
+        assert_eq!(label(9, 0x1ff), "1ff");
+        let h = Hash([0xff; 32]);
+        assert_eq!(shard_of(&h, 0), 0);
+        assert_eq!(shard_of(&h, 12), 0xfff);
+        assert_eq!(shard_of(&h, 16), 0xffff);
+    }
+
+    #[test]
+    fn blocks_are_absolute_and_clipped() {
+        assert_eq!(block_of(1), 0);
+        assert_eq!(block_of(256), 0);
+        assert_eq!(block_of(257), 1);
+        assert_eq!(
+            block_ranges(200, 600).collect::<Vec<_>>(),
+            [(200, 256), (257, 512), (513, 600)]
+        );
+        assert_eq!(block_ranges(3, 3).collect::<Vec<_>>(), [(3, 3)]);
+        assert_eq!(grid(64, 63), 0);
+        assert_eq!(grid(64, 130), 128);
+    }
+
+    #[test]
+    fn checkpoint_round_trips_and_refuses_other_spellings() {
+        let c = Checkpoint {
+            world: WorldId([1; 16]),
+            sequence: 9,
+            root: Hash::of(b"root"),
+            tip: Hash::of(b"tip"),
+            documents: 3,
+        };
+        let bytes = c.encode();
+        assert_eq!(Checkpoint::decode("k", 9, &bytes).unwrap(), c);
+        assert!(
+            Checkpoint::decode("k", 10, &bytes)
+                .unwrap_err()
+                .is_integrity()
+        );
+        let mut trailing = bytes.to_vec();
+        trailing.push(0);
+        assert!(
+            Checkpoint::decode("k", 9, &trailing)
+                .unwrap_err()
+                .is_integrity()
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! History blocks: folding a document's versions into absolute 256-version blocks, and
+//! reading version records and version bytes back.
+//!
+//! A document's history is the list of blocks tiling its retained versions `first..=current`
+//! (block `k` holds versions `256k+1..=256(k+1)`, clipped to the retained range). Folding
+//! reuses every block whose range is unchanged and builds the others from the document's
+//! recent versions and, where a block gains versions or loses pruned ones, the old block's
+//! records. Version bytes are never copied: an inline version's record names its slot and
+//! the byte range inside it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use quire_blob::BlobStore;
+use quire_log::model::HistoryBlockRef;
+use quire_log::{DocState, Hash, Location, VersionRecord, keys as log_keys};
+use tokio::sync::Mutex;
+
+use crate::error::{Error, Op, Result};
+use crate::format::{block_ranges, decode_block, encode_block, path_hash};
+use crate::keys::history_key;
+use crate::objects::read_verified;
+
+/// Blocks read during one job, so two documents' folds never read one block twice.
+#[derive(Debug, Default)]
+pub(crate) struct BlockCache {
+    blocks: Mutex<HashMap<Hash, Arc<Vec<VersionRecord>>>>,
+}
+
+/// A document's history as a checkpoint names it, and the blocks that must be stored first.
+#[derive(Debug)]
+pub(crate) struct FoldedHistory {
+    pub refs: Arc<[HistoryBlockRef]>,
+    pub new_blocks: Vec<(Hash, Bytes)>,
+}
+
+/// Whether `history` exactly tiles `first..=current`.
+fn tiles(history: &[HistoryBlockRef], first: u64, current: u64) -> bool {
+    let mut expected = block_ranges(first, current);
+    history
+        .iter()
+        .all(|r| expected.next() == Some((r.first, r.last)))
+        && expected.next().is_none()
+}
+
+/// Reads the block `r` of the document whose path hashes to `path`.
+pub(crate) async fn read_block(
+    store: &dyn BlobStore,
+    prefix: &str,
+    path: Hash,
+    r: &HistoryBlockRef,
+) -> Result<Vec<VersionRecord>> {
+    let key = history_key(prefix, &r.hash);
+    let bytes = read_verified(store, &key, &r.hash, Op::Read).await?;
+    decode_block(&key, &bytes, path, r.first, r.last)
+}
+
+async fn cached_block(
+    store: &dyn BlobStore,
+    prefix: &str,
+    path: Hash,
+    r: &HistoryBlockRef,
+    cache: &BlockCache,
+) -> Result<Arc<Vec<VersionRecord>>> {
+    if let Some(found) = cache.blocks.lock().await.get(&r.hash) {
+        return Ok(found.clone());
+    }
+    let records = Arc::new(read_block(store, prefix, path, r).await?);
+    cache.blocks.lock().await.insert(r.hash, records.clone());
+    Ok(records)
+}
+
+/// Folds `doc`'s retained versions into blocks.
+pub(crate) async fn fold(
+    store: &dyn BlobStore,
+    prefix: &str,
+    doc: &DocState,
+    cache: &BlockCache,
+) -> Result<FoldedHistory> {
+    if doc.recent.is_empty() && tiles(&doc.history, doc.first, doc.current) {
+        return Ok(FoldedHistory {
+            refs: doc.history.clone(),
+            new_blocks: Vec::new(),
+        });
+    }
+    let path = path_hash(doc.path.as_str());
+    let recent_first = doc.recent.front().map_or(u64::MAX, |r| r.version);
+    let mut refs = Vec::new();
+    let mut new_blocks = Vec::new();
+    for (lo, hi) in block_ranges(doc.first, doc.current) {
+        if hi < recent_first
+            && let Some(old) = doc.history.iter().find(|r| r.first == lo && r.last == hi)
+        {
+            refs.push(*old);
+            continue;
+        }
+        let mut records = Vec::with_capacity((hi - lo + 1) as usize);
+        for version in lo..=hi {
+            let record = if version >= recent_first {
+                doc.recent
+                    .get((version - recent_first) as usize)
+                    .filter(|r| r.version == version)
+                    .cloned()
+            } else {
+                let Some(old) = doc
+                    .history
+                    .iter()
+                    .find(|r| r.first <= version && version <= r.last)
+                else {
+                    return Err(Error::integrity(
+                        Op::Write,
+                        doc.path.as_str(),
+                        format!("version {version} is in neither history nor recent versions"),
+                    ));
+                };
+                let block = cached_block(store, prefix, path, old, cache).await?;
+                block.get((version - old.first) as usize).cloned()
+            };
+            let Some(record) = record else {
+                return Err(Error::integrity(
+                    Op::Write,
+                    doc.path.as_str(),
+                    format!("version {version} is missing from the document's records"),
+                ));
+            };
+            records.push(record);
+        }
+        let bytes = encode_block(path, &records);
+        let hash = Hash::of(&bytes);
+        refs.push(HistoryBlockRef {
+            first: lo,
+            last: hi,
+            hash,
+        });
+        new_blocks.push((hash, bytes));
+    }
+    Ok(FoldedHistory {
+        refs: refs.into(),
+        new_blocks,
+    })
+}
+
+/// The record of `version` of `doc`: from its recent versions, else the one block holding it.
+/// `None` for a version outside the retained range.
+pub async fn version_record(
+    store: &dyn BlobStore,
+    prefix: &str,
+    doc: &DocState,
+    version: u64,
+) -> Result<Option<VersionRecord>> {
+    if version < doc.first || version > doc.current {
+        return Ok(None);
+    }
+    if let Some(record) = doc.recent_version(version) {
+        return Ok(Some(record.clone()));
+    }
+    let Some(r) = doc
+        .history
+        .iter()
+        .find(|r| r.first <= version && version <= r.last)
+    else {
+        return Err(Error::integrity(
+            Op::Read,
+            doc.path.as_str(),
+            format!("no history block holds version {version}"),
+        ));
+    };
+    let records = read_block(store, prefix, path_hash(doc.path.as_str()), r).await?;
+    Ok(records.into_iter().nth((version - r.first) as usize))
+}
+
+/// Every retained record of `doc`, oldest first, reading each block once.
+pub async fn all_records(
+    store: &dyn BlobStore,
+    prefix: &str,
+    doc: &DocState,
+) -> Result<Vec<VersionRecord>> {
+    let path = path_hash(doc.path.as_str());
+    let recent_first = doc.recent.front().map_or(u64::MAX, |r| r.version);
+    let mut out = Vec::new();
+    for r in doc.history.iter() {
+        if r.first >= recent_first || r.last < doc.first {
+            continue;
+        }
+        for record in read_block(store, prefix, path, r).await? {
+            if record.version >= doc.first && record.version < recent_first {
+                out.push(record);
+            }
+        }
+    }
+    out.extend(
+        doc.recent
+            .iter()
+            .filter(|r| r.version >= doc.first)
+            .cloned(),
+    );
+    let expected: Vec<u64> = (doc.first..=doc.current).collect();
+    if out.iter().map(|r| r.version).collect::<Vec<_>>() != expected
+        || out.last() != Some(&doc.head)
+    {
+        return Err(Error::integrity(
+            Op::Read,
+            doc.path.as_str(),
+            "history does not hold every retained version",
+        ));
+    }
+    Ok(out)
+}
+
+/// The stored bytes of a version: a range get inside its slot, or its blob. Checked against
+/// the record's hash.
+pub async fn read_version_bytes(
+    store: &dyn BlobStore,
+    prefix: &str,
+    record: &VersionRecord,
+) -> Result<Bytes> {
+    let (key, bytes) = match record.location {
+        Location::Inline { slot, offset } => {
+            let key = log_keys::slot_key(prefix, slot);
+            let end = offset + record.size;
+            let bytes = store
+                .get_range(&key, offset..end)
+                .await
+                .map_err(|e| Error::storage(Op::Read, e))?;
+            (key, bytes)
+        }
+        Location::Blob => {
+            let key = log_keys::blob_key(prefix, &record.hash);
+            let object = store
+                .get(&key)
+                .await
+                .map_err(|e| Error::storage(Op::Read, e))?;
+            (key, object.data)
+        }
+    };
+    if bytes.len() as u64 != record.size || Hash::of(&bytes) != record.hash {
+        return Err(Error::integrity(
+            Op::Read,
+            key,
+            format!(
+                "bytes of version {} do not match its record",
+                record.version
+            ),
+        ));
+    }
+    Ok(bytes)
+}

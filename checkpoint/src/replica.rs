@@ -1,0 +1,779 @@
+//! A replica's world state resting on a checkpoint: cold start, applying slots, adopting a
+//! peer's checkpoint, and installing one this replica wrote.
+//!
+//! Besides the [`WorldState`], a replica tracks what the next checkpoint needs and cannot
+//! read back cheaply: the sequence of each document's last change since the base tier's cut,
+//! and the state at each tier grid point crossed since the checkpoint it rests on (a
+//! persistent snapshot, so O(1) to keep). See `docs/FORMAT.md` for the tiers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use imbl::OrdMap;
+use quire_blob::BlobStore;
+use quire_log::marker::{GENESIS_SEQUENCE, Marker, genesis_tip};
+use quire_log::model::HistoryBlockRef;
+use quire_log::slot::EncodedSlot;
+use quire_log::{
+    Clock, DocPath, DocState, Hash, Timestamp, WorldId, WorldState, keys as log_keys, tip,
+};
+
+use crate::error::{Error, ErrorKind, Op, Result};
+use crate::format::{Checkpoint, Root, TIERS, decode_shard, grid};
+use crate::keys::{checkpoint_key, checkpoint_prefix, parse_checkpoint_key, root_key, shard_key};
+use crate::objects::read_verified;
+
+/// How many shards cold start and adoption read at once, by default.
+pub const DEFAULT_LOAD_WORKERS: usize = 32;
+/// How many slots replay reads at once.
+const REPLAY_READERS: usize = 16;
+
+/// The checkpoint a replica's state rests on.
+#[derive(Clone, Debug)]
+pub struct Base {
+    pub checkpoint: Checkpoint,
+    pub root: Arc<Root>,
+}
+
+impl Base {
+    pub fn sequence(&self) -> u64 {
+        self.checkpoint.sequence
+    }
+}
+
+/// The state at a tier's grid point, kept until a checkpoint holds that tier.
+#[derive(Clone, Debug)]
+pub(crate) struct Cut {
+    pub grid: u64,
+    pub state: WorldState,
+    pub changes: OrdMap<DocPath, u64>,
+}
+
+/// What the next checkpoint needs to know about the log since the base.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tracker {
+    /// Per document changed after the base tier's cut: the last sequence of the slot that
+    /// last changed it. Documents loaded from an upper tier carry that tier's cut instead,
+    /// which classifies them the same way against every later grid point.
+    pub changes: OrdMap<DocPath, u64>,
+    /// Per tier below the top: the state at the newest grid point crossed but not yet held
+    /// by a checkpoint.
+    pub cuts: [Option<Cut>; TIERS - 1],
+    /// Slots applied after the base: their last sequence and hash.
+    pub slots: VecDeque<(u64, Hash)>,
+}
+
+/// Options for [`Replica::open`].
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    /// The world the caller expects; another world's marker is refused.
+    pub world: Option<WorldId>,
+    /// Load this checkpoint instead of the newest (e.g. 1: replay the whole log).
+    pub checkpoint: Option<u64>,
+    /// How many shards to read at once.
+    pub workers: usize,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            world: None,
+            checkpoint: None,
+            workers: DEFAULT_LOAD_WORKERS,
+            clock: Arc::new(quire_log::SystemClock),
+        }
+    }
+}
+
+/// A world state resting on a checkpoint, with what the next checkpoint needs.
+#[derive(Debug)]
+pub struct Replica {
+    pub(crate) store: Arc<dyn BlobStore>,
+    pub(crate) prefix: String,
+    pub(crate) state: WorldState,
+    pub(crate) base: Base,
+    pub(crate) tracker: Tracker,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) workers: usize,
+    /// When the first slot after the base was applied.
+    pending_since: Option<Timestamp>,
+}
+
+/// Lists every checkpoint sequence under `prefix`, oldest first, with its attributes. A key
+/// under `checkpoints/` that is not a checkpoint name is an integrity error.
+pub async fn list_checkpoints(
+    store: &dyn BlobStore,
+    prefix: &str,
+    op: Op,
+) -> Result<Vec<(u64, quire_blob::Attributes)>> {
+    let listed = quire_blob::list_all(store, &checkpoint_prefix(prefix), "")
+        .await
+        .map_err(|e| Error::storage(op, e))?;
+    listed
+        .into_iter()
+        .map(|attrs| match parse_checkpoint_key(prefix, &attrs.key) {
+            Some(sequence) => Ok((sequence, attrs)),
+            None => Err(Error::integrity(
+                op,
+                attrs.key.clone(),
+                "object under checkpoints/ is not a checkpoint",
+            )),
+        })
+        .collect()
+}
+
+/// Reads and decodes checkpoint `sequence` and its root.
+pub(crate) async fn read_checkpoint(
+    store: &dyn BlobStore,
+    prefix: &str,
+    sequence: u64,
+    world: WorldId,
+    op: Op,
+) -> Result<Base> {
+    let key = checkpoint_key(prefix, sequence);
+    let object = store.get(&key).await.map_err(|e| {
+        if e.is_not_found() {
+            Error::integrity(op, &key, "listed checkpoint is missing")
+        } else {
+            Error::storage(op, e)
+        }
+    })?;
+    let checkpoint = Checkpoint::decode(&key, sequence, &object.data)?;
+    if checkpoint.world != world {
+        return Err(Error::integrity(op, key, "checkpoint of another world"));
+    }
+    if sequence == GENESIS_SEQUENCE
+        && (checkpoint.tip != genesis_tip(world) || checkpoint.documents != 0)
+    {
+        return Err(Error::integrity(
+            op,
+            key,
+            "checkpoint zero is not the genesis",
+        ));
+    }
+    let rkey = root_key(prefix, &checkpoint.root);
+    let bytes = read_verified(store, &rkey, &checkpoint.root, op).await?;
+    let root = Root::decode(&rkey, &bytes, &checkpoint)?;
+    Ok(Base {
+        checkpoint,
+        root: Arc::new(root),
+    })
+}
+
+/// Reads the shards `refs` names (tier, index, hash) with `workers` at once, decoding on the
+/// runtime's worker threads.
+async fn read_shards(
+    store: &Arc<dyn BlobStore>,
+    prefix: &str,
+    root: &Root,
+    sequence: u64,
+    refs: Vec<(usize, u32, Hash)>,
+    workers: usize,
+    op: Op,
+) -> Result<Vec<(usize, Vec<DocState>)>> {
+    futures::stream::iter(refs)
+        .map(|(tier, index, hash)| {
+            let store = store.clone();
+            let key = shard_key(prefix, &hash);
+            let bits = root.tiers[tier].bits;
+            tokio::spawn(async move {
+                let bytes = read_verified(&*store, &key, &hash, op).await?;
+                let docs = decode_shard(&key, &bytes, bits, index, sequence)?;
+                Ok::<_, Error>((tier, docs))
+            })
+        })
+        .buffer_unordered(workers.max(1))
+        .map(|joined| {
+            joined.map_err(|e| {
+                Error::new(
+                    op,
+                    "",
+                    ErrorKind::Storage,
+                    format!("shard reader failed: {e}"),
+                )
+            })?
+        })
+        .try_collect()
+        .await
+}
+
+impl Replica {
+    /// Cold start: reads the marker, finds the newest checkpoint (or the one asked for),
+    /// loads its root and shards in parallel, builds the world state and replays every slot
+    /// after it. No document body is read.
+    pub async fn open(
+        store: Arc<dyn BlobStore>,
+        prefix: &str,
+        options: &OpenOptions,
+    ) -> Result<Replica> {
+        let op = Op::Load;
+        let mkey = log_keys::marker_key(prefix);
+        let marker = match store.get(&mkey).await {
+            Ok(object) => {
+                Marker::decode(&object.data).map_err(|why| Error::integrity(op, &mkey, why))?
+            }
+            Err(e) if e.is_not_found() => {
+                return Err(Error::new(op, mkey, ErrorKind::NotFound, "no world marker"));
+            }
+            Err(e) => return Err(Error::storage(op, e)),
+        };
+        if let Some(expected) = options.world
+            && expected != marker.world
+        {
+            return Err(Error::new(
+                op,
+                mkey,
+                ErrorKind::Precondition,
+                format!("the marker names world {}, not {expected}", marker.world),
+            ));
+        }
+        let listed = list_checkpoints(&*store, prefix, op).await?;
+        let sequence = match options.checkpoint {
+            Some(wanted) => listed
+                .iter()
+                .map(|(s, _)| *s)
+                .find(|s| *s == wanted)
+                .ok_or_else(|| {
+                    Error::new(
+                        op,
+                        checkpoint_key(prefix, wanted),
+                        ErrorKind::NotFound,
+                        "no such checkpoint",
+                    )
+                })?,
+            None => listed.last().map(|(s, _)| *s).ok_or_else(|| {
+                Error::integrity(
+                    op,
+                    checkpoint_prefix(prefix),
+                    "a world marker without a checkpoint",
+                )
+            })?,
+        };
+        let base = read_checkpoint(&*store, prefix, sequence, marker.world, op).await?;
+        let (docs, marks) = load_groups(&store, prefix, &base, options.workers).await?;
+        // The tracker's map builds beside the world state.
+        let marks = tokio::task::spawn_blocking(move || {
+            let mut marks = marks;
+            marks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            marks.into_iter().collect::<OrdMap<DocPath, u64>>()
+        });
+        let state = WorldState::restore_bulk(marker.world, sequence, base.checkpoint.tip, docs)
+            .map_err(|e| Error::from_log(op, e))?;
+        let tracker = Tracker {
+            changes: marks.await.map_err(|e| {
+                Error::new(op, "", ErrorKind::Storage, format!("loader failed: {e}"))
+            })?,
+            ..Tracker::default()
+        };
+        let mut replica = Replica {
+            store,
+            prefix: prefix.to_owned(),
+            state,
+            base,
+            tracker,
+            clock: options.clock.clone(),
+            workers: options.workers,
+            pending_since: None,
+        };
+        let applied = replica.catch_up().await?;
+        if applied == 0 && sequence > GENESIS_SEQUENCE {
+            replica
+                .verify_tip(sequence, replica.base.checkpoint.tip, op)
+                .await?;
+        }
+        Ok(replica)
+    }
+
+    /// Checks that the slot ending at `sequence` hashes to `tip`.
+    async fn verify_tip(&self, sequence: u64, tip_hash: Hash, op: Op) -> Result<()> {
+        let key = checkpoint_key(&self.prefix, sequence);
+        if sequence == GENESIS_SEQUENCE {
+            return if tip_hash == genesis_tip(self.state.world()) {
+                Ok(())
+            } else {
+                Err(Error::integrity(
+                    op,
+                    key,
+                    "checkpoint zero names the wrong tip",
+                ))
+            };
+        }
+        if let Some((_, hash)) = self
+            .tracker
+            .slots
+            .iter()
+            .find(|(last, _)| *last == sequence)
+        {
+            return if *hash == tip_hash {
+                Ok(())
+            } else {
+                Err(Error::integrity(
+                    op,
+                    key,
+                    "checkpoint tip differs from the slot chain",
+                ))
+            };
+        }
+        let slot = tip::find_slot_holding(&*self.store, &self.prefix, sequence)
+            .await
+            .map_err(|e| Error::from_log(op, e))?;
+        match slot {
+            Some(slot) if slot.slot.last() == sequence && slot.hash == tip_hash => Ok(()),
+            Some(_) => Err(Error::integrity(
+                op,
+                key,
+                "checkpoint tip differs from the slot chain",
+            )),
+            None => Err(Error::integrity(
+                op,
+                key,
+                "no slot ends at the checkpoint's sequence",
+            )),
+        }
+    }
+
+    pub fn state(&self) -> &WorldState {
+        &self.state
+    }
+
+    pub fn base(&self) -> &Base {
+        &self.base
+    }
+
+    pub fn store(&self) -> &Arc<dyn BlobStore> {
+        &self.store
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Slots applied since the checkpoint the state rests on.
+    pub fn slots_since_base(&self) -> u64 {
+        self.tracker.slots.len() as u64
+    }
+
+    /// When the first slot after the base was applied, if any was.
+    pub fn pending_since(&self) -> Option<Timestamp> {
+        self.pending_since
+    }
+
+    /// Applies a slot (it must follow the state).
+    pub fn apply(&mut self, slot: &EncodedSlot) -> Result<()> {
+        let next = self
+            .state
+            .apply(slot)
+            .map_err(|e| Error::from_log(Op::Replay, e))?;
+        self.observe(slot, next);
+        Ok(())
+    }
+
+    /// Takes `after`, the state a committer computed by applying `slot` to this replica's
+    /// state, recording what the next checkpoint needs.
+    pub fn observe(&mut self, slot: &EncodedSlot, after: WorldState) {
+        let before = self.state.sequence();
+        let last = slot.slot.last();
+        for entry in &slot.slot.entries {
+            self.tracker.changes.insert(entry.path.clone(), last);
+        }
+        for (j, width) in self.base.root.widths.iter().enumerate() {
+            let crossed = grid(*width, last);
+            if crossed > grid(*width, before) {
+                self.tracker.cuts[j] = Some(Cut {
+                    grid: crossed,
+                    state: after.clone(),
+                    changes: self.tracker.changes.clone(),
+                });
+            }
+        }
+        self.tracker.slots.push_back((last, slot.hash));
+        if self.pending_since.is_none() {
+            self.pending_since = Some(self.clock.now());
+        }
+        self.state = after;
+    }
+
+    /// Brings the state to the log's tip: probes the next slot name and replays every later
+    /// slot. Returns how many slots were applied.
+    pub async fn catch_up(&mut self) -> Result<usize> {
+        let op = Op::Replay;
+        let next = tip::read_slot(&*self.store, &self.prefix, self.state.sequence() + 1)
+            .await
+            .map_err(|e| Error::from_log(op, e))?;
+        let Some(next) = next else {
+            return Ok(0);
+        };
+        self.apply(&next)?;
+        let log = log_keys::log_prefix(&self.prefix);
+        let after = log_keys::slot_key(&self.prefix, self.state.sequence());
+        let listed = quire_blob::list_all(&*self.store, &log, &after)
+            .await
+            .map_err(|e| Error::storage(op, e))?;
+        let mut sequences = Vec::with_capacity(listed.len());
+        for attrs in &listed {
+            let sequence = log_keys::parse_slot_key(&self.prefix, &attrs.key).ok_or_else(|| {
+                Error::integrity(op, attrs.key.clone(), "object under log/ is not a slot")
+            })?;
+            sequences.push(sequence);
+        }
+        let store = self.store.clone();
+        let prefix = self.prefix.clone();
+        let mut reads = futures::stream::iter(sequences)
+            .map(|sequence| {
+                let store = store.clone();
+                let prefix = prefix.clone();
+                async move {
+                    let slot = tip::read_slot(&*store, &prefix, sequence)
+                        .await
+                        .map_err(|e| Error::from_log(op, e))?;
+                    slot.ok_or_else(|| {
+                        Error::integrity(
+                            op,
+                            log_keys::slot_key(&prefix, sequence),
+                            "listed slot is missing",
+                        )
+                    })
+                }
+            })
+            .buffered(REPLAY_READERS);
+        let mut applied = 1;
+        while let Some(slot) = reads.try_next().await? {
+            if slot.slot.first != self.state.sequence() + 1 {
+                return Err(Error::integrity(
+                    op,
+                    log_keys::slot_key(&self.prefix, slot.slot.first),
+                    format!("gap in the log after sequence {}", self.state.sequence()),
+                ));
+            }
+            self.apply(&slot)?;
+            applied += 1;
+        }
+        Ok(applied)
+    }
+
+    /// The newest checkpoint listed, with its attributes.
+    pub async fn newest_checkpoint(&self) -> Result<Option<(u64, quire_blob::Attributes)>> {
+        Ok(list_checkpoints(&*self.store, &self.prefix, Op::Adopt)
+            .await?
+            .pop())
+    }
+
+    /// Rests the state on `written`, a checkpoint this replica (or a job prepared from it)
+    /// wrote: folds the documents it holds into their history blocks.
+    pub fn install(&mut self, written: crate::write::Written) -> Result<()> {
+        if written.base.sequence() <= self.base.sequence() {
+            return Ok(());
+        }
+        for (path, history, through) in &written.folded {
+            self.fold(path, history.clone(), *through, Op::Write)?;
+        }
+        self.rest_on(written.base);
+        Ok(())
+    }
+
+    fn fold(
+        &mut self,
+        path: &DocPath,
+        history: Arc<[HistoryBlockRef]>,
+        through: u64,
+        op: Op,
+    ) -> Result<()> {
+        let Some(doc) = self.state.doc(path) else {
+            return Err(Error::integrity(
+                op,
+                path.as_str(),
+                "checkpoint holds a document the log does not",
+            ));
+        };
+        let covered = doc.history.last().map_or(0, |r| r.last);
+        if through <= covered || through > doc.current {
+            return Ok(());
+        }
+        self.state
+            .fold_history(path, history, through)
+            .map_err(|e| Error::from_log(op, e))
+    }
+
+    fn rest_on(&mut self, base: Base) {
+        let old_base_cut = self.base.root.tiers[0].cut;
+        for (j, cut) in self.tracker.cuts.iter_mut().enumerate() {
+            if cut
+                .as_ref()
+                .is_some_and(|c| c.grid <= base.root.tiers[j].grid)
+            {
+                *cut = None;
+            }
+        }
+        let base_cut = base.root.tiers[0].cut;
+        if base_cut > old_base_cut {
+            self.tracker.changes = self
+                .tracker
+                .changes
+                .iter()
+                .filter(|(_, changed)| **changed > base_cut)
+                .map(|(path, changed)| (path.clone(), *changed))
+                .collect();
+        }
+        while self
+            .tracker
+            .slots
+            .front()
+            .is_some_and(|(last, _)| *last <= base.sequence())
+        {
+            self.tracker.slots.pop_front();
+        }
+        if self.tracker.slots.is_empty() {
+            self.pending_since = None;
+        }
+        self.base = base;
+    }
+
+    /// Adopts checkpoint `sequence` written by a peer: catches up to it if needed, checks it
+    /// against the slot chain, reads only the shards whose references differ from the base's
+    /// and folds the documents they hold. Returns whether the base moved.
+    pub async fn adopt(&mut self, sequence: u64) -> Result<bool> {
+        let op = Op::Adopt;
+        if sequence <= self.base.sequence() {
+            return Ok(false);
+        }
+        if self.state.sequence() < sequence {
+            self.catch_up().await?;
+        }
+        let key = checkpoint_key(&self.prefix, sequence);
+        if self.state.sequence() < sequence {
+            return Err(Error::integrity(op, key, "checkpoint ahead of the log"));
+        }
+        let base =
+            read_checkpoint(&*self.store, &self.prefix, sequence, self.state.world(), op).await?;
+        if base.root.widths != self.base.root.widths {
+            return Err(Error::integrity(
+                op,
+                key,
+                "checkpoint changes the world's tier widths",
+            ));
+        }
+        self.verify_tip(sequence, base.checkpoint.tip, op).await?;
+        let mut changed = Vec::new();
+        for (j, tier) in base.root.tiers.iter().enumerate() {
+            let old = &self.base.root.tiers[j];
+            for (i, hash) in tier.shards.iter().enumerate() {
+                let Some(hash) = hash else { continue };
+                if old.bits == tier.bits && old.shards[i] == Some(*hash) {
+                    continue;
+                }
+                changed.push((j, i as u32, *hash));
+            }
+        }
+        let loaded = read_shards(
+            &self.store,
+            &self.prefix,
+            &base.root,
+            sequence,
+            changed,
+            self.workers,
+            op,
+        )
+        .await?;
+        let mut newest: HashMap<DocPath, DocState> = HashMap::new();
+        for (_, docs) in loaded {
+            for doc in docs {
+                match newest.get(&doc.path) {
+                    Some(have) if have.current >= doc.current => {}
+                    _ => {
+                        newest.insert(doc.path.clone(), doc);
+                    }
+                }
+            }
+        }
+        for (path, doc) in newest {
+            let Some(ours) = self.state.doc(&path) else {
+                return Err(Error::integrity(
+                    op,
+                    path.as_str(),
+                    "checkpoint holds a document the log does not",
+                ));
+            };
+            if doc.current > ours.current {
+                return Err(Error::integrity(
+                    op,
+                    path.as_str(),
+                    "checkpoint is ahead of the log",
+                ));
+            }
+            let ours_record = if ours.current == doc.current {
+                Some(&ours.head)
+            } else {
+                ours.recent_version(doc.current)
+            };
+            if ours_record.is_some_and(|r| r.hash != doc.head.hash) {
+                return Err(Error::integrity(
+                    op,
+                    path.as_str(),
+                    "checkpoint disagrees with the log",
+                ));
+            }
+            self.fold(&path, doc.history.clone(), doc.current, op)?;
+        }
+        self.rest_on(base);
+        Ok(true)
+    }
+
+    /// How long ago (by the replica's clock) the first slot after the base was applied.
+    pub fn pending_for(&self) -> Option<Duration> {
+        let since = self.pending_since?;
+        Some(Duration::from_secs(
+            self.clock.now().0.saturating_sub(since.0),
+        ))
+    }
+}
+
+/// The documents of a loaded root, and the cut marking each one held above the base tier.
+type Merged = (Vec<DocState>, Vec<(DocPath, u64)>);
+
+/// One group's documents, marks and entries per tier.
+type GroupLoad = (Vec<DocState>, Vec<(DocPath, u64)>, [u64; TIERS]);
+
+/// Loads every shard of `base`'s root and merges the tiers: each document as its highest
+/// tier holds it. Shards are read in groups that share a hash range (the smallest bits of a
+/// non-empty tier), each group read, decoded and merged on a worker thread. Checks the tier
+/// counts, the root's count and that a higher tier never holds an older state.
+async fn load_groups(
+    store: &Arc<dyn BlobStore>,
+    prefix: &str,
+    base: &Base,
+    workers: usize,
+) -> Result<Merged> {
+    let op = Op::Load;
+    let root = base.root.clone();
+    let sequence = base.sequence();
+    let key = checkpoint_key(prefix, sequence);
+    let low = root
+        .tiers
+        .iter()
+        .filter(|t| t.documents > 0)
+        .map(|t| t.bits)
+        .min()
+        .unwrap_or(0);
+    let groups: Vec<u32> = (0..1u32 << low).collect();
+    let loaded: Vec<GroupLoad> = futures::stream::iter(groups)
+        .map(|group| {
+            let store = store.clone();
+            let root = root.clone();
+            let prefix = prefix.to_owned();
+            let key = key.clone();
+            tokio::spawn(async move {
+                let mut reads = Vec::new();
+                for (j, tier) in root.tiers.iter().enumerate() {
+                    let shift = tier.bits.saturating_sub(low);
+                    for index in (group << shift)..((group + 1) << shift) {
+                        let Some(Some(hash)) = tier.shards.get(index as usize) else {
+                            continue;
+                        };
+                        let store = store.clone();
+                        let skey = shard_key(&prefix, hash);
+                        let (hash, bits) = (*hash, tier.bits);
+                        reads.push(async move {
+                            let bytes = read_verified(&*store, &skey, &hash, op).await?;
+                            let docs = decode_shard(&skey, &bytes, bits, index, sequence)?;
+                            Ok::<_, Error>((j, docs))
+                        });
+                    }
+                }
+                let shards = futures::future::try_join_all(reads).await?;
+                merge_group(&root, shards, &key)
+            })
+        })
+        .buffer_unordered(workers.max(1))
+        .map(|joined| {
+            joined.map_err(|e| {
+                Error::new(
+                    op,
+                    "",
+                    ErrorKind::Storage,
+                    format!("shard reader failed: {e}"),
+                )
+            })?
+        })
+        .try_collect()
+        .await?;
+    let mut counts = [0u64; TIERS];
+    let mut docs = Vec::with_capacity(root.documents as usize);
+    let mut marks = Vec::new();
+    for (group_docs, group_marks, group_counts) in loaded {
+        docs.extend(group_docs);
+        marks.extend(group_marks);
+        for (total, n) in counts.iter_mut().zip(group_counts) {
+            *total += n;
+        }
+    }
+    let bad = |why: String| Error::integrity(op, &key, why);
+    for (j, tier) in root.tiers.iter().enumerate() {
+        if counts[j] != tier.documents {
+            return Err(bad(format!(
+                "tier {j} names {} documents but its shards hold {}",
+                tier.documents, counts[j]
+            )));
+        }
+    }
+    if docs.len() as u64 != root.documents {
+        return Err(bad(format!(
+            "root names {} documents but its tiers hold {}",
+            root.documents,
+            docs.len()
+        )));
+    }
+    Ok((docs, marks))
+}
+
+/// Merges the shards of one group: a path held by several tiers keeps its highest tier's
+/// state, which must not be older.
+fn merge_group(root: &Root, shards: Vec<(usize, Vec<DocState>)>, key: &str) -> Result<GroupLoad> {
+    let mut counts = [0u64; TIERS];
+    let mut entries: Vec<(usize, DocState)> = Vec::new();
+    for (tier, docs) in shards {
+        counts[tier] += docs.len() as u64;
+        entries.extend(docs.into_iter().map(|d| (tier, d)));
+    }
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    // Path order, highest tier first within a path.
+    order.sort_unstable_by(|a, b| {
+        let (ta, da) = &entries[*a];
+        let (tb, db) = &entries[*b];
+        da.path.cmp(&db.path).then(tb.cmp(ta))
+    });
+    let mut keep = vec![false; entries.len()];
+    let mut previous: Option<usize> = None;
+    for &i in &order {
+        match previous {
+            Some(p) if entries[p].1.path == entries[i].1.path => {
+                let (newer, older) = (&entries[p].1, &entries[i].1);
+                if newer.current < older.current || newer.first < older.first {
+                    return Err(Error::integrity(
+                        Op::Load,
+                        key,
+                        format!("{}: a higher tier holds an older state", newer.path),
+                    ));
+                }
+            }
+            _ => {
+                keep[i] = true;
+                previous = Some(i);
+            }
+        }
+    }
+    let mut docs = Vec::with_capacity(entries.len());
+    let mut marks = Vec::new();
+    for ((tier, doc), keep) in entries.into_iter().zip(keep) {
+        if !keep {
+            continue;
+        }
+        if tier > 0 {
+            marks.push((doc.path.clone(), root.tiers[tier].cut));
+        }
+        docs.push(doc);
+    }
+    Ok((docs, marks, counts))
+}

@@ -1,0 +1,384 @@
+//! Checkpoints against replay: cold start equals the live state, racing and crashed
+//! compactors, history blocks across pruning, archive state, and the objects one change
+//! costs.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use quire_blob::{BlobStore, Fault, FaultRule, Metered, Op as BlobOp, Simulated};
+use quire_checkpoint::format::{DEFAULT_WIDTHS, HISTORY_BLOCK};
+use quire_checkpoint::history::version_record;
+use quire_checkpoint::keys::checkpoint_key;
+use quire_checkpoint::{OpenOptions, Replica, state_digest};
+use quire_log::DocPath;
+
+const FRESHEN: Duration = Duration::from_secs(1800);
+
+async fn open(store: &Arc<dyn BlobStore>) -> Replica {
+    Replica::open(store.clone(), PREFIX, &OpenOptions::default())
+        .await
+        .unwrap()
+}
+
+async fn open_at(store: &Arc<dyn BlobStore>, checkpoint: u64) -> Replica {
+    let options = OpenOptions {
+        checkpoint: Some(checkpoint),
+        ..OpenOptions::default()
+    };
+    Replica::open(store.clone(), PREFIX, &options)
+        .await
+        .unwrap()
+}
+
+/// A varied workload: new documents, rewrites, metadata, a blob-sized body, retention that
+/// prunes, archive and unarchive. Round `r` changes several documents.
+async fn round(writer: &mut Writer, r: usize) {
+    let mut slot = Vec::new();
+    for i in 0..6 {
+        let doc = (r * 7 + i * 5) % 20;
+        let body = format!("# Doc {doc}\n\nround {r} item {i}\n");
+        if i.is_multiple_of(3) {
+            let tags = format!("t{}, t{}", r % 3, i);
+            slot.push(publish_with(
+                &format!("/docs/{doc}.md"),
+                &body,
+                meta(&[("tags", &tags), ("importance", "0.7")]),
+            ));
+        } else {
+            slot.push(publish(&format!("/docs/{doc}.md"), &body));
+        }
+    }
+    writer.commit(&slot).await;
+    if r == 10 {
+        // The world outgrows one shard: later tiers take more shard bits.
+        for half in 0..2 {
+            let slot: Vec<_> = (0..150)
+                .map(|i| publish(&format!("/many/{half}/{i}.md"), &format!("many {i}\n")))
+                .collect();
+            writer.commit(&slot).await;
+        }
+    }
+    writer
+        .commit(&[publish_with(
+            "/hot.md",
+            &format!("hot {r}\n"),
+            meta(&[("retention", "5")]),
+        )])
+        .await;
+    if r % 4 == 1 {
+        writer
+            .commit(&[publish(&format!("/big/{r}.md"), &"x".repeat(9 * 1024 + r))])
+            .await;
+    }
+    if r.is_multiple_of(3) {
+        let target = format!("/archive/{}.md", r % 2);
+        if writer
+            .state
+            .doc(&DocPath::parse(&target).unwrap())
+            .is_none()
+        {
+            writer
+                .commit(&[publish(&target, &format!("to archive {r}\n"))])
+                .await;
+        }
+        let archived = writer
+            .state
+            .doc(&DocPath::parse(&target).unwrap())
+            .unwrap()
+            .archived;
+        writer.commit(&[archive(&target, !archived)]).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_start_from_any_checkpoint_equals_the_live_state() {
+    let store = memory();
+    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut follower = open(&store).await;
+    let mut checkpoints = vec![1];
+    let mut saw_middle = false;
+    for r in 0..30 {
+        round(&mut writer, r).await;
+        follower.catch_up().await.unwrap();
+        assert_eq!(follower.state().sequence(), writer.state.sequence());
+        if r % 4 == 3 {
+            follower.checkpoint(FRESHEN).await.unwrap().unwrap();
+            checkpoints.push(follower.base().sequence());
+            saw_middle |= follower.base().root.tiers[1].documents > 0;
+        }
+    }
+    round(&mut writer, 30).await;
+    follower.catch_up().await.unwrap();
+    let root = &follower.base().root;
+    assert!(
+        root.tiers[0].grid > 0 && root.tiers[0].documents > 0,
+        "the base tier was cut: {root:?}"
+    );
+    assert!(saw_middle, "some checkpoint held a middle tier");
+
+    let live = state_digest(&writer.state);
+    assert_eq!(state_digest(follower.state()), live);
+    let live_export = export_all(&store, &writer.state).await;
+    assert!(live_export.iter().any(|d| d.archived));
+    assert!(live_export.iter().any(|d| d.first > 1));
+    for at in checkpoints {
+        let loaded = open_at(&store, at).await;
+        assert_eq!(state_digest(loaded.state()), live, "from checkpoint {at}");
+        loaded.state().check_indexes().unwrap();
+        assert_eq!(
+            export_all(&store, loaded.state()).await,
+            live_export,
+            "from checkpoint {at}"
+        );
+    }
+    let newest = open(&store).await;
+    assert_eq!(newest.base().sequence(), follower.base().sequence());
+    assert_eq!(export_all(&store, follower.state()).await, live_export);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_is_a_function_of_the_log_alone() {
+    // Store A checkpoints often; store B holds the same log and checkpoints once, at the end.
+    let a = memory();
+    let mut writer = Writer::create(a.clone(), SMALL_WIDTHS).await;
+    let mut follower = open(&a).await;
+    for r in 0..25 {
+        round(&mut writer, r).await;
+        if r % 3 == 2 {
+            follower.catch_up().await.unwrap();
+            follower.checkpoint(FRESHEN).await.unwrap();
+        }
+    }
+    follower.catch_up().await.unwrap();
+    follower.checkpoint(FRESHEN).await.unwrap();
+    let s = follower.base().sequence();
+
+    let b = memory();
+    for (key, bytes) in contents(&*a, PREFIX).await {
+        if key.starts_with("w/log/") || key.starts_with("w/blobs/") || key == "w/marker" {
+            b.create(&key, bytes).await.unwrap();
+        }
+    }
+    // Genesis objects too, so B's replica can start from checkpoint zero.
+    let (root, zero) = quire_checkpoint::genesis::genesis_objects(WORLD, SMALL_WIDTHS);
+    b.create(&format!("w/roots/{}", zero.root), root.encode())
+        .await
+        .unwrap();
+    b.create(&checkpoint_key(PREFIX, 1), zero.encode())
+        .await
+        .unwrap();
+    let mut fresh = open(&b).await;
+    assert_eq!(fresh.state().sequence(), s);
+    fresh.checkpoint(FRESHEN).await.unwrap().unwrap();
+    let key = checkpoint_key(PREFIX, s);
+    assert_eq!(
+        a.get(&key).await.unwrap().data,
+        b.get(&key).await.unwrap().data
+    );
+    let root_key = format!("w/roots/{}", follower.base().checkpoint.root);
+    assert_eq!(
+        a.get(&root_key).await.unwrap().data,
+        b.get(&root_key).await.unwrap().data
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_compactors_write_identical_bytes() {
+    let store = memory();
+    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    for r in 0..10 {
+        round(&mut writer, r).await;
+    }
+    let metered = Metered::new(store.clone());
+    let shared: Arc<dyn BlobStore> = Arc::new(metered.clone());
+    let one = open(&shared).await;
+    let two = open(&shared).await;
+    let (a, b) = tokio::join!(one.prepare(FRESHEN).run(), two.prepare(FRESHEN).run());
+    let (a, b) = (a.unwrap().unwrap(), b.unwrap().unwrap());
+    assert_eq!(a.base.checkpoint, b.base.checkpoint);
+    assert_eq!(a.base.root, b.base.root);
+    assert!(
+        a.stats.own != b.stats.own,
+        "exactly one create made the checkpoint"
+    );
+    // Every create that lost found identical bytes (an error otherwise).
+    let total = a.stats.blocks + a.stats.shards + 2;
+    assert_eq!(a.stats.created + b.stats.created, total);
+    assert_eq!(a.stats.reused + b.stats.reused, total);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_checkpoint_costs_only_replay_and_its_orphans_are_reused() {
+    let memory = memory();
+    let simulated = Arc::new(Simulated::new(memory.clone(), 1));
+    let store: Arc<dyn BlobStore> = simulated.clone();
+    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    for r in 0..6 {
+        round(&mut writer, r).await;
+    }
+    let mut replica = open(&store).await;
+    replica.checkpoint(FRESHEN).await.unwrap();
+    for r in 6..9 {
+        round(&mut writer, r).await;
+    }
+    replica.catch_up().await.unwrap();
+    let crash = simulated.add_fault(FaultRule::new(
+        BlobOp::Create,
+        "w/checkpoints/",
+        Fault::Unavailable,
+    ));
+    assert!(replica.checkpoint(FRESHEN).await.is_err());
+    simulated.remove_fault(crash);
+
+    // The newest checkpoint is the older one; replay covers the rest.
+    let cold = open(&store).await;
+    assert!(cold.base().sequence() < writer.state.sequence());
+    assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
+
+    let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    assert_eq!(
+        stats.created, 1,
+        "only the checkpoint object is new: {stats:?}"
+    );
+    assert_eq!(stats.reused, stats.blocks + stats.shards + 1);
+    let reopened = open(&store).await;
+    assert_eq!(reopened.base().sequence(), writer.state.sequence());
+    assert_eq!(state_digest(reopened.state()), state_digest(&writer.state));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_blocks_follow_pruning_across_block_boundaries() {
+    let store = memory();
+    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut replica = open(&store).await;
+    let keep = meta(&[("retention", "300")]);
+    for v in 1..=600u64 {
+        writer
+            .commit(&[publish_with(
+                "/long.md",
+                &format!("version {v}\n"),
+                keep.clone(),
+            )])
+            .await;
+        if v.is_multiple_of(170) || v == 256 || v == 257 {
+            replica.catch_up().await.unwrap();
+            replica.checkpoint(FRESHEN).await.unwrap();
+        }
+    }
+    replica.catch_up().await.unwrap();
+    replica.checkpoint(FRESHEN).await.unwrap();
+    let loaded = open(&store).await;
+    let path = DocPath::parse("/long.md").unwrap();
+    let doc = loaded.state().doc(&path).unwrap().clone();
+    assert_eq!((doc.first, doc.current), (301, 600));
+    let ranges: Vec<(u64, u64)> = doc.history.iter().map(|b| (b.first, b.last)).collect();
+    assert_eq!(
+        ranges,
+        [(301, 2 * HISTORY_BLOCK), (2 * HISTORY_BLOCK + 1, 600)]
+    );
+    assert!(
+        version_record(&*store, PREFIX, &doc, 300)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let live = writer.state.doc(&path).unwrap();
+    for v in [301, 512, 513, 600] {
+        let record = version_record(&*store, PREFIX, &doc, v)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(Some(&record), live.recent_version(v), "version {v}");
+    }
+    assert_eq!(
+        export_all(&store, loaded.state()).await,
+        export_all(&store, &writer.state).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archive_state_survives_a_checkpoint() {
+    let store = memory();
+    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    writer
+        .commit(&[publish("/a.md", "a\n"), publish("/b.md", "b\n")])
+        .await;
+    writer.commit(&[archive("/a.md", true)]).await;
+    let mut replica = open(&store).await;
+    replica.checkpoint(FRESHEN).await.unwrap();
+    let loaded = open(&store).await;
+    let a = loaded
+        .state()
+        .doc(&DocPath::parse("/a.md").unwrap())
+        .unwrap();
+    assert!(a.archived);
+    assert!(
+        loaded.state().lookup_hash(&a.body_hash).is_none(),
+        "archived bodies are not looked up"
+    );
+    writer.commit(&[archive("/a.md", false)]).await;
+    let mut loaded = loaded;
+    loaded.catch_up().await.unwrap();
+    assert!(
+        !loaded
+            .state()
+            .doc(&DocPath::parse("/a.md").unwrap())
+            .unwrap()
+            .archived
+    );
+    assert_eq!(state_digest(loaded.state()), state_digest(&writer.state));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_changed_document_costs_one_block_one_shard_one_root_one_checkpoint() {
+    let store = memory();
+    let mut writer = Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    for chunk in 0..40 {
+        let slot: Vec<_> = (0..250)
+            .map(|i| publish(&format!("/d/{chunk}/{i}.md"), &format!("# {chunk} {i}\n")))
+            .collect();
+        writer.commit(&slot).await;
+    }
+    assert_eq!(writer.state.doc_count(), 10_000);
+    let metered = Metered::new(store.clone());
+    let shared: Arc<dyn BlobStore> = Arc::new(metered.clone());
+    let mut replica = open(&shared).await;
+    let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    assert_eq!(stats.shards, 64, "10,000 documents take 64 shards");
+    let mut peer = open(&shared).await;
+    assert_eq!(peer.base().sequence(), replica.base().sequence());
+
+    writer.commit(&[publish("/d/3/7.md", "# changed\n")]).await;
+    replica.catch_up().await.unwrap();
+    let before = metered.reading();
+    let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    let cost = metered.reading().since(&before);
+    assert_eq!(
+        (stats.blocks, stats.shards, stats.created),
+        (1, 1, 4),
+        "{stats:?}"
+    );
+    assert_eq!(cost.requests(BlobOp::Create), 4);
+    assert_eq!(
+        cost.requests(BlobOp::Get),
+        1,
+        "the old block holding version 1 is read once"
+    );
+    assert!(cost.bytes_up < 40_000, "{} bytes up", cost.bytes_up);
+
+    // A peer adopts it reading the checkpoint, its root and the one changed shard.
+    peer.catch_up().await.unwrap();
+    let before = metered.reading();
+    assert!(peer.adopt(replica.base().sequence()).await.unwrap());
+    let cost = metered.reading().since(&before);
+    assert_eq!(cost.requests(BlobOp::Get), 3, "{cost:?}");
+    assert_eq!(state_digest(peer.state()), state_digest(&writer.state));
+    let changed = peer
+        .state()
+        .doc(&DocPath::parse("/d/3/7.md").unwrap())
+        .unwrap();
+    assert!(changed.recent.is_empty() && changed.history.last().unwrap().last == 2);
+}
