@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
+use crate::BlobStore;
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::types::{Attributes, Generation, ListPage, Object};
-use crate::BlobStore;
 
 /// Wraps a store so that every call observes a [`CancellationToken`].
 ///
@@ -30,7 +30,12 @@ impl Cancelable {
 
     async fn run<T>(&self, op: Op, key: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
         if self.token.is_cancelled() {
-            return Err(Error::new(op, key, ErrorKind::Canceled, "canceled before the call"));
+            return Err(Error::new(
+                op,
+                key,
+                ErrorKind::Canceled,
+                "canceled before the call",
+            ));
         }
         tokio::select! {
             biased;
@@ -46,7 +51,8 @@ impl Cancelable {
 #[async_trait]
 impl BlobStore for Cancelable {
     async fn create(&self, key: &str, data: Bytes) -> Result<Attributes> {
-        self.run(Op::Create, key, self.inner.create(key, data)).await
+        self.run(Op::Create, key, self.inner.create(key, data))
+            .await
     }
 
     async fn get(&self, key: &str) -> Result<Object> {
@@ -54,7 +60,8 @@ impl BlobStore for Cancelable {
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.run(Op::GetRange, key, self.inner.get_range(key, range)).await
+        self.run(Op::GetRange, key, self.inner.get_range(key, range))
+            .await
     }
 
     async fn head(&self, key: &str) -> Result<Attributes> {
@@ -62,14 +69,26 @@ impl BlobStore for Cancelable {
     }
 
     async fn replace(&self, key: &str, generation: &Generation, data: Bytes) -> Result<Attributes> {
-        self.run(Op::Replace, key, self.inner.replace(key, generation, data)).await
+        self.run(Op::Replace, key, self.inner.replace(key, generation, data))
+            .await
     }
 
     async fn delete(&self, key: &str, generation: &Generation) -> Result<()> {
-        self.run(Op::Delete, key, self.inner.delete(key, generation)).await
+        self.run(Op::Delete, key, self.inner.delete(key, generation))
+            .await
     }
 
-    async fn list(&self, prefix: &str, start_after: &str, cursor: Option<&str>) -> Result<ListPage> {
-        self.run(Op::List, prefix, self.inner.list(prefix, start_after, cursor)).await
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        cursor: Option<&str>,
+    ) -> Result<ListPage> {
+        self.run(
+            Op::List,
+            prefix,
+            self.inner.list(prefix, start_after, cursor),
+        )
+        .await
     }
 }

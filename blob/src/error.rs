@@ -193,7 +193,12 @@ mod tests {
 
     #[test]
     fn message_names_operation_key_and_kind() {
-        let err = Error::new(Op::Create, "log/0001", ErrorKind::Precondition, "key exists");
+        let err = Error::new(
+            Op::Create,
+            "log/0001",
+            ErrorKind::Precondition,
+            "key exists",
+        );
         assert_eq!(
             err.to_string(),
             "blob create \"log/0001\": precondition failed: key exists"

@@ -52,13 +52,16 @@
 
 mod cancel;
 mod error;
+pub mod file;
 #[cfg(feature = "gcs")]
 pub mod gcs;
+mod hedged;
 mod list;
 pub mod memory;
 mod metered;
 #[cfg(feature = "s3")]
 pub mod s3;
+mod simulated;
 mod types;
 
 use std::ops::Range;
@@ -68,8 +71,13 @@ pub use bytes::Bytes;
 
 pub use cancel::Cancelable;
 pub use error::{Error, ErrorKind, Op, Result};
+pub use hedged::{HedgeCounts, HedgePolicy, Hedged};
 pub use list::{ListRequest, MAX_LIST_PAGE};
 pub use metered::{MeterReading, Metered};
+pub use simulated::{
+    Fault, FaultCounts, FaultRule, FaultRuleId, Hold, LatencyProfile, Simulated, Trigger,
+    real_gcs_latency,
+};
 pub use types::{
     Attributes, Generation, ListPage, MAX_KEY_LEN, Object, validate_key, validate_prefix,
     validate_start_after,
@@ -102,7 +110,8 @@ pub trait BlobStore: Send + Sync + std::fmt::Debug {
     /// One page of keys under `prefix` sorting strictly after `start_after` (empty: from the
     /// start), continuing from `cursor` when given. The cursor is bound to `prefix` and
     /// `start_after`; reusing it with others is [`ErrorKind::Precondition`].
-    async fn list(&self, prefix: &str, start_after: &str, cursor: Option<&str>) -> Result<ListPage>;
+    async fn list(&self, prefix: &str, start_after: &str, cursor: Option<&str>)
+    -> Result<ListPage>;
 }
 
 /// Lists every key under `prefix` after `start_after`, following cursors to the end.

@@ -62,8 +62,8 @@ impl ListRequest {
             if raw[1..1 + BINDING_LEN] != binding(prefix, start_after) {
                 return Err(bad("issued for another prefix or start_after"));
             }
-            let last = std::str::from_utf8(&raw[1 + BINDING_LEN..])
-                .map_err(|_| bad("not UTF-8"))?;
+            let last =
+                std::str::from_utf8(&raw[1 + BINDING_LEN..]).map_err(|_| bad("not UTF-8"))?;
             if last.len() > MAX_KEY_LEN || !last.starts_with(prefix) || last <= start_after {
                 return Err(bad("position outside the listing"));
             }
@@ -169,7 +169,10 @@ mod tests {
     #[test]
     fn last_page_has_no_cursor() {
         let req = ListRequest::parse("p/", "", None).unwrap();
-        assert_eq!(req.page(vec![attrs("p/a")], false).unwrap().next_cursor, None);
+        assert_eq!(
+            req.page(vec![attrs("p/a")], false).unwrap().next_cursor,
+            None
+        );
         assert_eq!(req.page(vec![], true).unwrap().next_cursor, None);
     }
 

@@ -10,10 +10,10 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::BlobStore;
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::list::{ListRequest, MAX_LIST_PAGE};
 use crate::types::{Attributes, Generation, ListPage, Object, cut_range, validate_key};
-use crate::BlobStore;
 
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
@@ -63,7 +63,10 @@ impl MemoryStore {
                 op,
                 key,
                 ErrorKind::Precondition,
-                format!("object of {} bytes exceeds the limit of {limit}", data.len()),
+                format!(
+                    "object of {} bytes exceeds the limit of {limit}",
+                    data.len()
+                ),
             ));
         }
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
@@ -91,7 +94,12 @@ impl BlobStore for MemoryStore {
         let stored = self.new_stored(Op::Create, key, data)?;
         let mut objects = self.objects.lock().expect("memory store lock poisoned");
         if objects.contains_key(key) {
-            return Err(Error::new(Op::Create, key, ErrorKind::Precondition, "key exists"));
+            return Err(Error::new(
+                Op::Create,
+                key,
+                ErrorKind::Precondition,
+                "key exists",
+            ));
         }
         let attrs = stored.attributes(key);
         objects.insert(key.to_owned(), stored);
@@ -125,8 +133,18 @@ impl BlobStore for MemoryStore {
                 *current = stored;
                 Ok(current.attributes(key))
             }
-            Some(_) => Err(Error::new(Op::Replace, key, ErrorKind::Precondition, "generation differs")),
-            None => Err(Error::new(Op::Replace, key, ErrorKind::Precondition, "key absent")),
+            Some(_) => Err(Error::new(
+                Op::Replace,
+                key,
+                ErrorKind::Precondition,
+                "generation differs",
+            )),
+            None => Err(Error::new(
+                Op::Replace,
+                key,
+                ErrorKind::Precondition,
+                "key absent",
+            )),
         }
     }
 
@@ -138,12 +156,27 @@ impl BlobStore for MemoryStore {
                 objects.remove(key);
                 Ok(())
             }
-            Some(_) => Err(Error::new(Op::Delete, key, ErrorKind::Precondition, "generation differs")),
-            None => Err(Error::new(Op::Delete, key, ErrorKind::Precondition, "key absent")),
+            Some(_) => Err(Error::new(
+                Op::Delete,
+                key,
+                ErrorKind::Precondition,
+                "generation differs",
+            )),
+            None => Err(Error::new(
+                Op::Delete,
+                key,
+                ErrorKind::Precondition,
+                "key absent",
+            )),
         }
     }
 
-    async fn list(&self, prefix: &str, start_after: &str, cursor: Option<&str>) -> Result<ListPage> {
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        cursor: Option<&str>,
+    ) -> Result<ListPage> {
         let request = ListRequest::parse(prefix, start_after, cursor)?;
         let objects = self.objects.lock().expect("memory store lock poisoned");
         let mut found = Vec::new();

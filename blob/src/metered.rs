@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::BlobStore;
 use crate::error::{Op, Result};
 use crate::types::{Attributes, Generation, ListPage, Object};
-use crate::BlobStore;
 
 #[derive(Debug, Default)]
 struct Counters {
@@ -41,7 +41,10 @@ pub struct MeterReading {
 }
 
 fn index(op: Op) -> usize {
-    Op::ALL.iter().position(|o| *o == op).expect("every op is in Op::ALL")
+    Op::ALL
+        .iter()
+        .position(|o| *o == op)
+        .expect("every op is in Op::ALL")
 }
 
 impl MeterReading {
@@ -90,13 +93,23 @@ impl Metered {
         }
     }
 
-    fn count<T>(&self, op: Op, up: usize, result: Result<T>, down: impl Fn(&T) -> usize) -> Result<T> {
+    fn count<T>(
+        &self,
+        op: Op,
+        up: usize,
+        result: Result<T>,
+        down: impl Fn(&T) -> usize,
+    ) -> Result<T> {
         let i = index(op);
         self.counters.requests[i].fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_up.fetch_add(up as u64, Ordering::Relaxed);
+        self.counters
+            .bytes_up
+            .fetch_add(up as u64, Ordering::Relaxed);
         match &result {
             Ok(value) => {
-                self.counters.bytes_down.fetch_add(down(value) as u64, Ordering::Relaxed);
+                self.counters
+                    .bytes_down
+                    .fetch_add(down(value) as u64, Ordering::Relaxed);
             }
             Err(_) => {
                 self.counters.failures[i].fetch_add(1, Ordering::Relaxed);
@@ -140,7 +153,12 @@ impl BlobStore for Metered {
         self.count(Op::Delete, 0, result, |_| 0)
     }
 
-    async fn list(&self, prefix: &str, start_after: &str, cursor: Option<&str>) -> Result<ListPage> {
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        cursor: Option<&str>,
+    ) -> Result<ListPage> {
         let result = self.inner.list(prefix, start_after, cursor).await;
         self.count(Op::List, 0, result, |_| 0)
     }
@@ -155,8 +173,14 @@ mod tests {
     async fn counts_requests_failures_and_bytes() {
         let metered = Metered::new(Arc::new(MemoryStore::new()));
         let before = metered.reading();
-        metered.create("a", Bytes::from_static(b"hello")).await.unwrap();
-        metered.create("a", Bytes::from_static(b"again")).await.unwrap_err();
+        metered
+            .create("a", Bytes::from_static(b"hello"))
+            .await
+            .unwrap();
+        metered
+            .create("a", Bytes::from_static(b"again"))
+            .await
+            .unwrap_err();
         metered.get("a").await.unwrap();
         metered.get("missing").await.unwrap_err();
         let delta = metered.reading().since(&before);

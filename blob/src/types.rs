@@ -105,33 +105,6 @@ pub fn validate_start_after(prefix: &str, start_after: &str) -> Result<()> {
     check_text(Op::List, "start_after", prefix, start_after)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_are_checked() {
-        for bad in ["", ".", "..", "a\nb", "a\rb"] {
-            assert!(validate_key(Op::Create, bad).unwrap_err().is_precondition());
-        }
-        assert!(
-            validate_key(Op::Create, &"k".repeat(MAX_KEY_LEN + 1))
-                .unwrap_err()
-                .is_precondition()
-        );
-        validate_key(Op::Create, &"k".repeat(MAX_KEY_LEN)).unwrap();
-        validate_key(Op::Create, "log/0000000000000001").unwrap();
-    }
-
-    #[test]
-    fn prefixes_allow_dots_and_empty() {
-        for good in ["", ".", "..", "log/"] {
-            validate_prefix(good).unwrap();
-        }
-        assert!(validate_prefix("a\n").unwrap_err().is_precondition());
-    }
-}
-
 /// Validates a byte range before any I/O: it must not be inverted.
 pub(crate) fn validate_range(op: Op, key: &str, range: &std::ops::Range<u64>) -> Result<()> {
     if range.start > range.end {
@@ -159,4 +132,31 @@ pub(crate) fn cut_range(key: &str, data: &Bytes, range: std::ops::Range<u64>) ->
     }
     let end = range.end.min(len);
     Ok(data.slice(range.start as usize..end as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_checked() {
+        for bad in ["", ".", "..", "a\nb", "a\rb"] {
+            assert!(validate_key(Op::Create, bad).unwrap_err().is_precondition());
+        }
+        assert!(
+            validate_key(Op::Create, &"k".repeat(MAX_KEY_LEN + 1))
+                .unwrap_err()
+                .is_precondition()
+        );
+        validate_key(Op::Create, &"k".repeat(MAX_KEY_LEN)).unwrap();
+        validate_key(Op::Create, "log/0000000000000001").unwrap();
+    }
+
+    #[test]
+    fn prefixes_allow_dots_and_empty() {
+        for good in ["", ".", "..", "log/"] {
+            validate_prefix(good).unwrap();
+        }
+        assert!(validate_prefix("a\n").unwrap_err().is_precondition());
+    }
 }

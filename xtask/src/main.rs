@@ -1,1 +1,82 @@
-fn main() {}
+//! Quire's developer tasks. `cargo xtask --help` lists them.
+//!
+//! - `test`: everything CI checks. Starts the local S3 and GCS servers, runs the workspace's
+//!   tests against them, then the conformance table.
+//! - `conformance`: the conformance suites over every driver, printed as one table.
+//! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
+
+mod conformance;
+mod servers;
+
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Quire's developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Start the local servers, run every test against them, then the conformance table.
+    Test,
+    /// Run the conformance suites over every driver and print the table.
+    Conformance,
+    /// Start the local S3 and GCS servers and print their environment until interrupted.
+    Servers,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Test => test().await,
+        Task::Conformance => {
+            let (scratch, servers) = start_servers().await?;
+            conformance::run_table(scratch.path(), &servers).await
+        }
+        Task::Servers => {
+            let (_scratch, servers) = start_servers().await?;
+            for server in &servers {
+                for (name, value) in &server.env {
+                    println!("export {name}={value}");
+                }
+            }
+            eprintln!("xtask: servers running; Ctrl-C stops them");
+            tokio::signal::ctrl_c().await?;
+            Ok(())
+        }
+    }
+}
+
+/// Starts every local server under one scratch directory, removed when dropped.
+async fn start_servers() -> Result<(tempfile::TempDir, Vec<servers::Server>)> {
+    let scratch = tempfile::Builder::new()
+        .prefix("quire-servers-")
+        .tempdir()
+        .context("creating a scratch directory")?;
+    let s3 = servers::seaweedfs::start(scratch.path()).await?;
+    let gcs = servers::fake_gcs::start(scratch.path()).await?;
+    Ok((scratch, vec![s3, gcs]))
+}
+
+async fn test() -> Result<()> {
+    let (scratch, servers) = start_servers().await?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(servers::project_root())
+        .args(["test", "--workspace", "--all-features", "--all-targets"])
+        .env("QUIRE_TEST_REQUIRE_SERVERS", "1");
+    for server in &servers {
+        command.envs(server.env.iter().map(|(k, v)| (k, v)));
+    }
+    let status = command.status().context("running cargo test")?;
+    if !status.success() {
+        bail!("cargo test failed: {status}");
+    }
+    conformance::run_table(scratch.path(), &servers).await
+}

@@ -1,0 +1,1 @@
+//! The GCS driver.
