@@ -52,8 +52,9 @@ pub const SEARCH_FRESHNESS: Duration = Duration::from_secs(1);
 /// fails with [`ErrorKind::Canceled`](crate::ErrorKind::Canceled).
 #[async_trait]
 pub trait Reader: Send + Sync {
-    /// Version `version` of the document (0: the current one). An archived document's
-    /// versions are readable, marked archived. Exact.
+    /// Version `version` of the document (0: the current one). An archived document reads as
+    /// archived through version 0 (FETCH answers `archived`); its pinned versions read as
+    /// usual, not marked. Exact.
     async fn get(&self, ctx: &Ctx, path: &str, version: u64) -> Result<Document>;
 
     /// The immediate children of directory `dir` (`/` for the root): unique names in

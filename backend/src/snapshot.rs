@@ -217,10 +217,14 @@ impl SnapshotView {
 
 #[async_trait]
 impl Reader for SnapshotView {
-    async fn get(&self, ctx: &Ctx, raw: &str, version: u64) -> Result<Document> {
+    async fn get(&self, ctx: &Ctx, raw: &str, requested: u64) -> Result<Document> {
         let op = Op::Get;
         let (_, doc) = self.doc(ctx, op, raw).await?;
-        let version = if version == 0 { doc.current } else { version };
+        let version = if requested == 0 {
+            doc.current
+        } else {
+            requested
+        };
         if version < doc.first || version > doc.current {
             return Err(not_found(op, raw, &format!("no version {version}")));
         }
@@ -249,7 +253,7 @@ impl Reader for SnapshotView {
             stored,
             record.hash,
             record.modified,
-            doc.archived,
+            requested == 0 && doc.archived,
         ))
     }
 

@@ -21,7 +21,7 @@ pub struct Document {
     pub metadata: Option<Metadata>,
     pub version: u64,
     pub modified: Timestamp,
-    /// Whether the document is archived now (for any version read).
+    /// Whether the document is archived (set only when the current version was asked for).
     pub archived: bool,
     /// The hash of the stored version bytes (frontmatter included): the same on every backend.
     pub etag: Hash,
