@@ -505,6 +505,27 @@ async fn run_seed(
     })
 }
 
+/// Applies `ops` operations generated from `seed` to one store (advancing `clock` as the
+/// suite does) and returns every answer, one line each: a way to bring any backend into a
+/// varied state, e.g. to check that a persistent one shows the same [`observe`] lines after
+/// reopening.
+pub async fn run_operations(
+    store: Arc<dyn Store>,
+    clock: &ManualClock,
+    seed: u64,
+    ops: usize,
+) -> Result<Vec<String>, String> {
+    let direct = Direct::new(store.clone());
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut answers = Vec::with_capacity(ops);
+    for _ in 0..ops {
+        clock.advance(rng.random_range(0..3));
+        let op = generate(&mut rng);
+        answers.push(apply(&store, &direct, &op).await?);
+    }
+    Ok(answers)
+}
+
 /// Runs the differential suite: one case per seed, reference against candidate.
 pub async fn run_differential(
     reference: &dyn BackendFactory,

@@ -56,7 +56,7 @@ mod store;
 
 pub use blob::{Capabilities, Outcome, SuiteReport, blob_case_names, run_blob_suite};
 pub use catalog::{catalog_case_names, run_catalog_suite};
-pub use differential::{DIRS, DifferentialPlan, PATHS, observe, run_differential};
+pub use differential::{DIRS, DifferentialPlan, PATHS, observe, run_differential, run_operations};
 pub use factories::{FileFactory, ModelFactory, SharedReplica, file_tamper};
 pub use harness::{
     BackendFactory, Direct, ReplicaFactory, ReplicaWorld, SUITE_EPOCH, Site, Tamper,

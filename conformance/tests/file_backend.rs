@@ -62,3 +62,38 @@ async fn the_reference_model_passes_the_contract_suites() {
         .await
         .assert_passed();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn file_store_shows_the_same_world_after_reopening() {
+    use std::sync::Arc;
+
+    use quire_backend::Store;
+    use quire_backend::file::{FileOptions, FileStore};
+    use quire_conformance::{Direct, SUITE_EPOCH, observe, run_operations};
+    use quire_log::ManualClock;
+
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(SUITE_EPOCH));
+    let options = FileOptions {
+        clock: clock.clone(),
+        ..FileOptions::default()
+    };
+    let store: Arc<dyn Store> =
+        Arc::new(FileStore::open(dir.path(), options.clone()).await.unwrap());
+    let answers = run_operations(store.clone(), &clock, 42, 300)
+        .await
+        .unwrap();
+    assert!(
+        answers.iter().filter(|a| a.contains(" v")).count() > 50,
+        "too few writes landed"
+    );
+    let before = observe(&Direct::new(store.clone())).await;
+    store.close().await;
+    drop(store);
+    let reopened: Arc<dyn Store> = Arc::new(FileStore::open(dir.path(), options).await.unwrap());
+    let after = observe(&Direct::new(reopened)).await;
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(b, a, "line {i} changed across reopening");
+    }
+    assert_eq!(before.len(), after.len());
+}

@@ -434,6 +434,8 @@ fn open_blocking(root: PathBuf, options: FileOptions) -> Result<FileStore> {
     };
     if !options.read_only {
         std::fs::create_dir_all(&root).map_err(io("create the directory"))?;
+    } else if !root.is_dir() {
+        return Err(open_error(&root, ErrorKind::NotFound, "no such directory"));
     }
     let root = root.canonicalize().map_err(io("find the directory"))?;
     let system = root.join(SYSTEM_DIR);
