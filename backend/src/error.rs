@@ -251,8 +251,18 @@ impl Error {
 }
 
 impl From<quire_log::Error> for Error {
-    /// Carries a log error over: its kind, key, detail and current document.
+    /// Carries a log error over: its kind, key, detail and current document. A backend error
+    /// the log carried as the cause (a precondition's refusal) comes back unchanged.
     fn from(err: quire_log::Error) -> Self {
+        if err.current().is_none()
+            && std::error::Error::source(&err).is_some_and(|s| s.is::<Error>())
+        {
+            let carried = err
+                .into_source()
+                .and_then(|s| s.downcast::<Error>().ok())
+                .expect("the source was checked to be a backend error");
+            return *carried;
+        }
         let mut out = Error::new(
             Op::from_log(err.op()),
             err.key().to_owned(),
@@ -282,6 +292,24 @@ mod tests {
         let rejected = Error::rejected(Op::Publish, "/a.md", "policy says no");
         assert_eq!(rejected.rejection_message(), Some("policy says no"));
         assert_eq!(err.rejection_message(), None);
+    }
+
+    #[test]
+    fn a_carried_backend_error_comes_back_unchanged() {
+        let refusal = Error::rejected(Op::Append, "/p.md", "policy says no");
+        let carried = quire_log::Error::new(
+            quire_log::Op::Append,
+            "/p.md",
+            quire_log::ErrorKind::Rejected,
+            "precondition",
+        )
+        .with_source(refusal);
+        let back = Error::from(carried);
+        assert_eq!(back.rejection_message(), Some("policy says no"));
+        assert_eq!(
+            back.to_string(),
+            "backend append \"/p.md\": rejected: policy says no"
+        );
     }
 
     #[test]

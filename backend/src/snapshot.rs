@@ -7,8 +7,8 @@
 //! content.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -23,31 +23,55 @@ use crate::ctx::Ctx;
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::types::{DirEntry, Document, ListOptions, VersionInfo};
 
-/// A world state with its catalog: what one view reads. Cheap to clone.
-#[derive(Clone, Debug)]
+/// A world state with its catalog: what one view reads.
+///
+/// The catalog is built from the state on first use and then carried forward one changed
+/// document at a time by [`Snapshot::advance`], so a store pays the full build once (at
+/// cold start, or never if nobody looks up) and a snapshot made only to show a precondition
+/// the state costs nothing.
+#[derive(Debug)]
 pub struct Snapshot {
     pub state: WorldState,
-    pub catalog: CatalogIndex,
+    catalog: OnceLock<CatalogIndex>,
 }
 
 impl Snapshot {
-    /// A snapshot whose catalog is built from `state`.
+    /// A snapshot of `state`; its catalog is built when first needed.
     pub fn new(state: WorldState) -> Snapshot {
-        let catalog = CatalogIndex::from_state(&state);
-        Snapshot { state, catalog }
+        Snapshot {
+            state,
+            catalog: OnceLock::new(),
+        }
     }
 
-    /// The snapshot after `next` replaced this state, where only `paths` changed.
+    /// A snapshot of `state` whose catalog is `catalog` (which must index exactly it).
+    pub fn with_catalog(state: WorldState, catalog: CatalogIndex) -> Snapshot {
+        Snapshot {
+            state,
+            catalog: OnceLock::from(catalog),
+        }
+    }
+
+    /// The catalog of every live document.
+    pub fn catalog(&self) -> &CatalogIndex {
+        self.catalog
+            .get_or_init(|| CatalogIndex::from_state(&self.state))
+    }
+
+    /// The snapshot after `next` replaced this state, where only `paths` changed. The
+    /// catalog follows incrementally when this snapshot's was built.
     pub fn advance<'a>(
         &self,
         next: WorldState,
         paths: impl IntoIterator<Item = &'a DocPath>,
     ) -> Snapshot {
-        let mut catalog = self.catalog.clone();
-        catalog.sync(&next, paths);
-        Snapshot {
-            state: next,
-            catalog,
+        match self.catalog.get() {
+            Some(catalog) => {
+                let mut catalog = catalog.clone();
+                catalog.sync(&next, paths);
+                Snapshot::with_catalog(next, catalog)
+            }
+            None => Snapshot::new(next),
         }
     }
 }
@@ -374,12 +398,151 @@ impl Reader for SnapshotView {
                 "no section index for this snapshot",
             ));
         }
-        Ok(snapshot.catalog.lookup(query))
+        Ok(snapshot.catalog().lookup(query))
     }
 }
 
 impl ReadView for SnapshotView {
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
+    }
+}
+
+/// A backend [`Precondition`](crate::Precondition) where the log's committer asks for one:
+/// it shows the precondition the state the write builds on (through a [`SnapshotView`] over
+/// `source`) and carries its error through the log unchanged — converting the log's error
+/// back with `Error::from` returns the precondition's own error.
+pub struct LogPrecondition {
+    inner: Arc<dyn crate::contract::Precondition>,
+    source: Arc<dyn SnapshotSource>,
+    ctx: Ctx,
+}
+
+impl LogPrecondition {
+    pub fn new(
+        inner: Arc<dyn crate::contract::Precondition>,
+        source: Arc<dyn SnapshotSource>,
+        ctx: Ctx,
+    ) -> LogPrecondition {
+        LogPrecondition { inner, source, ctx }
+    }
+}
+
+impl fmt::Debug for LogPrecondition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogPrecondition")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl quire_log::commit::Precondition for LogPrecondition {
+    async fn check(
+        &self,
+        state: &WorldState,
+        write: &quire_log::build::PreparedWrite,
+    ) -> quire_log::Result<()> {
+        let view =
+            SnapshotView::pinned(self.source.clone(), Arc::new(Snapshot::new(state.clone())));
+        self.inner
+            .check(&self.ctx, &view, write)
+            .await
+            .map_err(|e| {
+                let op = if write.archived.is_some() {
+                    quire_log::Op::Archive
+                } else {
+                    quire_log::Op::Publish
+                };
+                quire_log::Error::new(
+                    op,
+                    write.path.as_str(),
+                    quire_log::ErrorKind::Rejected,
+                    e.detail().to_owned(),
+                )
+                .with_source(e)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quire_log::WorldId;
+    use quire_log::build::PreparedWrite;
+    use quire_log::commit::Precondition as _;
+
+    use super::*;
+    use crate::contract::Precondition;
+
+    #[derive(Debug)]
+    struct Empty;
+
+    #[async_trait]
+    impl SnapshotSource for Empty {
+        async fn snapshot(&self, _: &Ctx, _: Freshness) -> Result<Arc<Snapshot>> {
+            Ok(Arc::new(Snapshot::new(WorldState::genesis(WorldId(
+                [7; 16],
+            )))))
+        }
+
+        async fn read_version(&self, _: &Ctx, path: &DocPath, _: &VersionRecord) -> Result<Bytes> {
+            Err(not_found(Op::Get, path.as_str(), "nothing stored"))
+        }
+    }
+
+    #[derive(Debug)]
+    struct RefuseUnlessRootIsADir;
+
+    #[async_trait]
+    impl Precondition for RefuseUnlessRootIsADir {
+        async fn check(&self, ctx: &Ctx, state: &dyn Reader, write: &PreparedWrite) -> Result<()> {
+            let found = state.lookup(ctx, &CatalogQuery::new("*")).await?;
+            if state.is_dir(ctx, "/").await? && found.is_empty() {
+                return Err(Error::rejected(
+                    Op::Publish,
+                    write.path.as_str(),
+                    "seen, refused",
+                ));
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_log_precondition_shows_the_state_and_returns_the_error_unchanged() {
+        let bridge = LogPrecondition::new(
+            Arc::new(RefuseUnlessRootIsADir),
+            Arc::new(Empty),
+            Ctx::new(),
+        );
+        let write = PreparedWrite {
+            path: DocPath::parse("/a.md").unwrap(),
+            content: Some(("x".into(), Default::default())),
+            archived: None,
+        };
+        let state = WorldState::genesis(WorldId([7; 16]));
+        let err = Error::from(bridge.check(&state, &write).await.unwrap_err());
+        assert_eq!(err.rejection_message(), Some("seen, refused"));
+        assert_eq!(err.key(), "/a.md");
+    }
+
+    #[tokio::test]
+    async fn views_pin_at_the_first_read_and_refuse_after_close() {
+        let view = SnapshotView::new(Arc::new(Empty));
+        let ctx = Ctx::new();
+        assert!(view.is_dir(&ctx, "/").await.unwrap());
+        assert_eq!(
+            view.is_dir(&ctx, "/x").await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        let body = view
+            .lookup(&ctx, &CatalogQuery::new("*").mode(MatchMode::Body))
+            .await;
+        assert_eq!(body.unwrap_err().kind(), ErrorKind::BodyMatchUnavailable);
+        view.close();
+        assert_eq!(
+            view.is_dir(&ctx, "/").await.unwrap_err().kind(),
+            ErrorKind::ViewClosed
+        );
     }
 }

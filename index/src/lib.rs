@@ -19,4 +19,7 @@ pub mod catalog;
 pub mod query;
 
 pub use catalog::{CatalogIndex, CatalogMatch};
-pub use query::{CatalogQuery, Filter, MatchMode, Terms, parse_time};
+pub use query::{
+    CatalogQuery, DEFAULT_LIMIT, Filter, MAX_LIMIT, MAX_TERMS, MIN_QUERY_CHARS, MatchMode, Terms,
+    parse_time, validate_query_text,
+};

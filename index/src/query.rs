@@ -4,6 +4,39 @@
 use quire_log::Timestamp;
 use quire_log::path;
 
+/// The fewest characters a query other than `*` may hold.
+pub const MIN_QUERY_CHARS: usize = 2;
+/// The most distinct terms a query may hold.
+pub const MAX_TERMS: usize = 32;
+/// Results a LOOKUP returns when it names no limit.
+pub const DEFAULT_LIMIT: usize = 10;
+/// The most results a LOOKUP returns.
+pub const MAX_LIMIT: usize = 1000;
+
+/// Checks a request's query text: trimmed, it must be `*` or hold at least
+/// [`MIN_QUERY_CHARS`] characters and at most [`MAX_TERMS`] distinct terms. (The catalog
+/// itself answers any text; an empty one matches nothing.)
+pub fn validate_query_text(text: &str) -> Result<(), String> {
+    let trimmed = text.trim();
+    if trimmed == "*" {
+        return Ok(());
+    }
+    if trimmed.chars().count() < MIN_QUERY_CHARS {
+        return Err(format!(
+            "a query needs at least {MIN_QUERY_CHARS} characters, or *"
+        ));
+    }
+    if let Terms::Words(words) = CatalogQuery::new(trimmed).terms()
+        && words.len() > MAX_TERMS
+    {
+        return Err(format!(
+            "{} terms exceed the limit of {MAX_TERMS}",
+            words.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Which index a lookup consults.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatchMode {
@@ -242,6 +275,18 @@ mod tests {
             Terms::Words(vec!["*".into(), "hub".into()])
         );
         assert_eq!(CatalogQuery::new("   ").terms(), Terms::Words(vec![]));
+    }
+
+    #[test]
+    fn query_text_rules() {
+        assert!(validate_query_text(" * ").is_ok());
+        assert!(validate_query_text("go").is_ok());
+        assert!(validate_query_text("ü").is_err());
+        assert!(validate_query_text("  ").is_err());
+        let many: Vec<String> = (0..=MAX_TERMS).map(|i| format!("t{i}")).collect();
+        assert!(validate_query_text(&many.join(" ")).is_err());
+        let repeated = vec!["same"; 40].join(" ");
+        assert!(validate_query_text(&repeated).is_ok());
     }
 
     #[test]
