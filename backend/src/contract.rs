@@ -123,6 +123,11 @@ pub trait Follower {
 
 /// A world: read views, the three writes, the change source, the follower and close.
 ///
+/// Freshness (see the module docs): exact reads (`get`, `is_dir`, `versions`,
+/// `verify_chain`) see every write acknowledged on any replica; catalog reads
+/// (`list_entries`, `lookup_hash`, `lookup`) trail another replica's writes by at most
+/// [`SEARCH_FRESHNESS`]; this store's own acknowledged writes are visible to both at once.
+///
 /// Writes are atomic and keep every index (listing, hash lookup, catalog) current; there is
 /// no separate index API. A write whose context is already done is refused with
 /// [`ErrorKind::Canceled`](crate::ErrorKind::Canceled) and stores nothing.

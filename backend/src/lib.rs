@@ -7,12 +7,12 @@
 //! | module | owns |
 //! | --- | --- |
 //! | [`contract`] | the traits, the freshness classes, [`SEARCH_FRESHNESS`] |
-//! | [`error`](Error) | [`Error`] and its [`ErrorKind`]s (one per protocol answer) |
-//! | [`ctx`](Ctx) | the request context: cancellation and deadline |
+//! | `error` | [`Error`] and its [`ErrorKind`]s (one per protocol answer) |
+//! | `ctx` | [`Ctx`], the request context: cancellation and deadline |
 //! | [`types`] | documents, versions, listing options, write and archive requests |
 //! | [`changes`] | the change hub WATCH reads |
 //! | [`snapshot`] | reads of a pinned snapshot of the log's world model, shared by backends |
-//! | [`file`] | the file store: a directory of markdown files with `versions/` beside them |
+//! | [`file`](mod@file) | the file store: a directory of markdown files with `versions/` beside them |
 //!
 //! # The world model is the log's
 //!

@@ -21,9 +21,9 @@
 //!   every open (the journal is not kept on disk yet): WATCH resumes within one run and
 //!   resyncs across restarts.
 //!
-//! Limits beyond the contract's: each path segment is at most 254 bytes (the filesystem's
-//! name limit, less the escape character; a longer one is not found), the directory must be
-//! on one case-sensitive filesystem.
+//! Limits beyond the contract's: each path segment must fit the filesystem's 255-byte name
+//! limit once escaped (a reserved name takes one byte more); a longer one is not found. The
+//! directory must be on one case-sensitive filesystem.
 
 mod disk;
 pub mod layout;
