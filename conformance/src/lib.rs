@@ -1,17 +1,68 @@
-//! `quire-conformance`: the suites any blob store (and, later, any backend) must pass.
+//! `quire-conformance`: the suites every blob store and every backend must pass.
 //!
-//! A driver proves itself by running [`run_blob_suite`] against a fresh root prefix and
-//! asserting the report; `cargo xtask conformance` runs every suite over every driver and
-//! prints one table. Suites never reach past the public contract: what they check is exactly
-//! what callers may rely on.
+//! Suites never reach past the public contract: what they check is exactly what callers may
+//! rely on. Each returns a [`SuiteReport`] (one [`Outcome`] per case) that tests assert with
+//! [`SuiteReport::assert_passed`] and `cargo xtask conformance` prints as a table.
 //!
-//! Adding a blob driver: implement `quire_blob::BlobStore`, then add a test that calls
+//! | suite | entry | cases |
+//! | --- | --- | --- |
+//! | blob | [`run_blob_suite`] | the `BlobStore` contract, per driver |
+//! | document store | [`run_store_suite`] | [`store_case_names`]: writes, reads, conflicts, no-ops, archive, append, listings, retention, topology, limits, metadata rules, cancellation, preconditions, closed views and stores, chain tampering |
+//! | catalog | [`run_catalog_suite`] | [`catalog_case_names`]: LOOKUP in catalog mode |
+//! | replica | [`run_replica_suite`] | [`replica_case_names`]: freshness across replicas, no lost writes |
+//! | differential | [`run_differential`] | one case per seed: random operations against a reference, answers and [`observe`]d snapshots compared |
+//!
+//! # Adding a blob driver
+//!
+//! Implement `quire_blob::BlobStore`, then add a test that calls
 //! `run_blob_suite(Arc::new(store), "<unique prefix>/", Capabilities::default())` and
 //! `.assert_passed()`, and name the driver in xtask's conformance targets.
+//!
+//! # Adding a backend
+//!
+//! A backend implements `quire_backend::Store` (with `ChangeSource` and `Follower`) and
+//! returns views implementing `quire_backend::ReadView`. Backends built on the log's world
+//! model get their views for free: implement `quire_backend::snapshot::SnapshotSource`
+//! (where snapshots and version bytes come from) and hand out `SnapshotView`s. Then:
+//!
+//! 1. Implement [`BackendFactory`]: `open(clock)` returns a [`Site`] — a store over a **new,
+//!    empty** world whose `modified` times come from `clock`, and a [`Tamper`] hook that
+//!    overwrites one version's stored bytes behind the store's back.
+//! 2. If replicas can share a world, implement [`ReplicaFactory`]: `open_world(clock)` and
+//!    then one store per [`ReplicaWorld::replica`] call. A single-writer backend returns the
+//!    same store for every replica ([`SharedReplica`]).
+//! 3. In a test (multi-threaded tokio runtime):
+//!
+//! ```ignore
+//! let factory = MyFactory::new(..);
+//! run_store_suite(&factory).await.assert_passed();
+//! run_catalog_suite(&factory).await.assert_passed();
+//! run_replica_suite(&factory, ReplicaLoad::default()).await.assert_passed();
+//! run_differential(&ModelFactory, &factory, &DifferentialPlan::default()).await.assert_passed();
+//! ```
+//!
+//! The reference for the differential suite is [`ModelFactory`] (the [`model`] store) or any
+//! backend already trusted; [`FileFactory`] opens file stores. `conformance/tests/` shows
+//! each suite run on the shipped backends.
 
 mod blob;
+mod catalog;
+mod differential;
+mod factories;
+mod harness;
+pub mod model;
+mod replica;
+mod store;
 
 pub use blob::{Capabilities, Outcome, SuiteReport, blob_case_names, run_blob_suite};
+pub use catalog::{catalog_case_names, run_catalog_suite};
+pub use differential::{DIRS, DifferentialPlan, PATHS, observe, run_differential, run_operations};
+pub use factories::{FileFactory, ModelFactory, SharedReplica, file_tamper};
+pub use harness::{
+    BackendFactory, Direct, ReplicaFactory, ReplicaWorld, SUITE_EPOCH, Site, Tamper,
+};
+pub use replica::{ReplicaLoad, replica_case_names, run_replica_suite};
+pub use store::{run_store_suite, store_case_names};
 
 /// A prefix no earlier run used, so suites can share a persistent bucket.
 pub fn fresh_root(label: &str) -> String {

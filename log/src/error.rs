@@ -199,6 +199,12 @@ impl Error {
         self.current.as_deref()
     }
 
+    /// Takes the underlying cause (e.g. a layer above's own error carried through a
+    /// precondition), consuming the error.
+    pub fn into_source(self) -> Option<Box<dyn std::error::Error + Send + Sync + 'static>> {
+        self.source
+    }
+
     /// For storage failures: what the object store reported.
     pub fn blob_kind(&self) -> Option<quire_blob::ErrorKind> {
         self.blob_kind

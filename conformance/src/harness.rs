@@ -1,0 +1,281 @@
+//! What the backend suites stand on: the factories a backend provides, the [`Direct`]
+//! adapter (one view per call), and the checks the cases share.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use quire_backend::{
+    ArchiveRequest, ArchiveResult, CatalogMatch, CatalogQuery, Ctx, DirEntry, DocPath, Document,
+    Error, ErrorKind, Hash, ListOptions, Metadata, Store, Timestamp, VersionInfo, WriteRequest,
+};
+use quire_log::{Clock, ManualClock};
+
+use crate::blob::{Outcome, SuiteReport};
+
+/// Where every suite's clock starts: 2026-01-01T00:00:00Z.
+pub const SUITE_EPOCH: Timestamp = Timestamp(1_767_225_600);
+
+/// Overwrites the stored bytes of one version behind the store's back (to prove that reads
+/// and chain verification notice).
+pub type Tamper =
+    Arc<dyn Fn(DocPath, u64, Bytes) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// One fresh world opened for one case.
+pub struct Site {
+    pub store: Arc<dyn Store>,
+    /// Used by the two tampering cases; `None` reports them as gaps (a backend that keeps
+    /// bytes where nothing can reach them, like the reference model).
+    pub tamper: Option<Tamper>,
+}
+
+impl fmt::Debug for Site {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Site")
+            .field("store", &self.store)
+            .field("tamper", &self.tamper.is_some())
+            .finish()
+    }
+}
+
+/// Opens fresh, empty worlds of one backend.
+#[async_trait]
+pub trait BackendFactory: Send + Sync {
+    /// A store over a new empty world whose `modified` times come from `clock`.
+    async fn open(&self, clock: Arc<dyn Clock>) -> Result<Site, String>;
+}
+
+/// Opens worlds served by several replicas (stores over one shared world).
+#[async_trait]
+pub trait ReplicaFactory: Send + Sync {
+    /// A new empty world; its `modified` times come from `clock`.
+    async fn open_world(&self, clock: Arc<dyn Clock>) -> Result<Box<dyn ReplicaWorld>, String>;
+}
+
+/// One world that replicas join.
+#[async_trait]
+pub trait ReplicaWorld: Send + Sync {
+    /// One more replica serving the world. A single-writer backend (the file store) returns
+    /// the same store every time: it is one replica shared by every caller.
+    async fn replica(&self) -> Result<Arc<dyn Store>, String>;
+}
+
+/// Opens a view, runs one read on it, closes it.
+macro_rules! via_view {
+    ($direct:expr, |$view:ident, $ctx:ident| $read:expr) => {{
+        let owned = Ctx::new();
+        let $ctx = &owned;
+        let $view = $direct.store.open_view($ctx).await?;
+        let result = $read.await;
+        $view.close();
+        result
+    }};
+}
+
+/// A store read one view per call, written one request per call.
+#[derive(Clone, Debug)]
+pub struct Direct {
+    pub store: Arc<dyn Store>,
+}
+
+impl Direct {
+    pub fn new(store: Arc<dyn Store>) -> Direct {
+        Direct { store }
+    }
+
+    pub async fn get(&self, path: &str, version: u64) -> Result<Document, Error> {
+        via_view!(self, |view, ctx| view.get(ctx, path, version))
+    }
+
+    pub async fn list(&self, dir: &str, options: ListOptions) -> Result<Vec<DirEntry>, Error> {
+        via_view!(self, |view, ctx| view.list_entries(ctx, dir, &options))
+    }
+
+    pub async fn is_dir(&self, path: &str) -> Result<bool, Error> {
+        via_view!(self, |view, ctx| view.is_dir(ctx, path))
+    }
+
+    pub async fn versions(&self, path: &str) -> Result<Vec<VersionInfo>, Error> {
+        via_view!(self, |view, ctx| view.versions(ctx, path))
+    }
+
+    pub async fn lookup_hash(&self, hash: &Hash) -> Result<DocPath, Error> {
+        via_view!(self, |view, ctx| view.lookup_hash(ctx, hash))
+    }
+
+    pub async fn verify_chain(&self, path: &str) -> Result<(), Error> {
+        via_view!(self, |view, ctx| view.verify_chain(ctx, path))
+    }
+
+    pub async fn lookup(&self, query: CatalogQuery) -> Result<Vec<CatalogMatch>, Error> {
+        via_view!(self, |view, ctx| view.lookup(ctx, &query))
+    }
+
+    /// The current version, 0 when there is no document.
+    pub async fn current_version(&self, path: &str) -> Result<u64, Error> {
+        match self.versions(path).await {
+            Ok(versions) => Ok(versions.first().map_or(0, |v| v.version)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn write(
+        &self,
+        path: &str,
+        expected: Option<u64>,
+        body: &str,
+        meta: &[(&str, &str)],
+    ) -> Result<Document, Error> {
+        self.store
+            .publish(&Ctx::new(), request(path, expected, body.as_bytes(), meta))
+            .await
+    }
+
+    pub async fn append(
+        &self,
+        path: &str,
+        expected: u64,
+        body: &str,
+        meta: &[(&str, &str)],
+    ) -> Result<Document, Error> {
+        self.store
+            .append(
+                &Ctx::new(),
+                request(path, Some(expected), body.as_bytes(), meta),
+            )
+            .await
+    }
+
+    pub async fn archive(&self, path: &str, archived: bool) -> Result<ArchiveResult, Error> {
+        self.store
+            .set_archived(&Ctx::new(), ArchiveRequest::new(path, archived))
+            .await
+    }
+}
+
+/// Metadata from pairs.
+pub fn meta(pairs: &[(&str, &str)]) -> Metadata {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// A write request.
+pub fn request(
+    path: &str,
+    expected: Option<u64>,
+    body: &[u8],
+    pairs: &[(&str, &str)],
+) -> WriteRequest {
+    let mut request = WriteRequest::new(path, Bytes::copy_from_slice(body)).metadata(meta(pairs));
+    request.expected_version = expected;
+    request
+}
+
+pub fn ensure(condition: bool, why: impl FnOnce() -> String) -> Result<(), String> {
+    if condition { Ok(()) } else { Err(why()) }
+}
+
+/// The value, or the unexpected error as the case's failure.
+pub fn ok<T>(result: Result<T, Error>, what: &str) -> Result<T, String> {
+    result.map_err(|e| format!("{what}: unexpected error: {e}"))
+}
+
+/// The error, which must be of `kind`.
+pub fn expect_kind<T: fmt::Debug>(
+    result: Result<T, Error>,
+    kind: ErrorKind,
+    what: &str,
+) -> Result<Error, String> {
+    match result {
+        Ok(value) => Err(format!("{what}: expected {kind}, got {value:?}")),
+        Err(e) if e.kind() == kind => Ok(e),
+        Err(e) => Err(format!("{what}: expected {kind}, got {:?}: {e}", e.kind())),
+    }
+}
+
+/// The names of listing entries, directories with a trailing `/`.
+pub fn names(entries: &[DirEntry]) -> Vec<String> {
+    entries
+        .iter()
+        .map(|e| {
+            if e.is_dir {
+                format!("{}/", e.name)
+            } else {
+                e.name.clone()
+            }
+        })
+        .collect()
+}
+
+/// The paths of lookup results.
+pub fn paths(found: &[CatalogMatch]) -> Vec<String> {
+    found.iter().map(|m| m.path.to_string()).collect()
+}
+
+/// What every case is handed.
+#[derive(Clone)]
+pub struct CaseCtx {
+    pub store: Arc<dyn Store>,
+    pub direct: Direct,
+    pub tamper: Option<Tamper>,
+    pub clock: Arc<ManualClock>,
+}
+
+pub type CaseResult = Result<(), String>;
+
+/// Marks a case's `Err` as a gap (a behaviour the target cannot show) rather than a failure.
+const GAP: &str = "\u{0}gap:";
+
+/// The `Err` a case returns when the target cannot show the behaviour it checks.
+pub fn gap(why: &str) -> String {
+    format!("{GAP}{why}")
+}
+pub type CaseFn = fn(CaseCtx) -> Pin<Box<dyn Future<Output = CaseResult> + Send>>;
+
+macro_rules! case {
+    ($name:literal, $f:ident) => {
+        ($name, (|ctx| Box::pin($f(ctx))) as $crate::harness::CaseFn)
+    };
+}
+pub(crate) use case;
+
+/// Runs `cases`, each on a fresh world from `factory`, closing the store after it.
+pub async fn run_cases(
+    factory: &dyn BackendFactory,
+    cases: &[(&'static str, CaseFn)],
+) -> SuiteReport {
+    let mut outcomes = Vec::new();
+    for (name, case) in cases {
+        let clock = Arc::new(ManualClock::new(SUITE_EPOCH));
+        let outcome = match factory.open(clock.clone()).await {
+            Err(why) => Outcome::Failed(format!("opening a world: {why}")),
+            Ok(site) => {
+                let store = site.store.clone();
+                let ctx = CaseCtx {
+                    direct: Direct::new(site.store.clone()),
+                    store: site.store,
+                    tamper: site.tamper,
+                    clock,
+                };
+                let result = case(ctx).await;
+                store.close().await;
+                match result {
+                    Ok(()) => Outcome::Passed,
+                    Err(why) => match why.strip_prefix(GAP) {
+                        Some(gap) => Outcome::Gap(gap.to_owned()),
+                        None => Outcome::Failed(why),
+                    },
+                }
+            }
+        };
+        outcomes.push((*name, outcome));
+    }
+    SuiteReport { outcomes }
+}

@@ -1,0 +1,320 @@
+//! The replica suite: several stores serving one world must keep the freshness promises of
+//! the contract — path reads exact, catalog reads within [`SEARCH_FRESHNESS`], own writes at
+//! once, one snapshot per view — and lose no acknowledged write under concurrent writers.
+//!
+//! The catalog-bound case waits [`SEARCH_FRESHNESS`] on tokio's clock: under a paused test
+//! runtime that wait is instant.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use quire_backend::{CatalogQuery, Ctx, ErrorKind, Hash, ListOptions, SEARCH_FRESHNESS, Store};
+use quire_log::ManualClock;
+
+use crate::blob::{Outcome, SuiteReport};
+use crate::harness::{
+    Direct, ReplicaFactory, ReplicaWorld, SUITE_EPOCH, ensure, expect_kind, names, ok, paths,
+};
+
+/// How many replicas, writers per replica and rounds the concurrent-writers case runs.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaLoad {
+    pub replicas: usize,
+    pub writers: usize,
+    pub rounds: usize,
+}
+
+impl Default for ReplicaLoad {
+    fn default() -> Self {
+        ReplicaLoad {
+            replicas: 3,
+            writers: 4,
+            rounds: 6,
+        }
+    }
+}
+
+type ReplicaCase = fn(
+    Box<dyn ReplicaWorld>,
+    ReplicaLoad,
+) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+macro_rules! replica_case {
+    ($name:literal, $f:ident) => {
+        (
+            $name,
+            (|world, load| Box::pin($f(world, load))) as ReplicaCase,
+        )
+    };
+}
+
+const CASES: &[(&str, ReplicaCase)] = &[
+    replica_case!("path_reads_are_exact", path_reads_are_exact),
+    replica_case!("catalog_reads_within_bound", catalog_reads_within_bound),
+    replica_case!("own_writes_at_once", own_writes_at_once),
+    replica_case!("one_snapshot_per_view", one_snapshot_per_view),
+    replica_case!(
+        "concurrent_writers_lose_nothing",
+        concurrent_writers_lose_nothing
+    ),
+];
+
+/// The names of the replica suite's cases, in order.
+pub fn replica_case_names() -> Vec<&'static str> {
+    CASES.iter().map(|(name, _)| *name).collect()
+}
+
+/// Runs every replica case, each on a fresh world from `factory`.
+pub async fn run_replica_suite(factory: &dyn ReplicaFactory, load: ReplicaLoad) -> SuiteReport {
+    let mut outcomes = Vec::new();
+    for (name, case) in CASES {
+        let clock = Arc::new(ManualClock::new(SUITE_EPOCH));
+        let outcome = match factory.open_world(clock).await {
+            Err(why) => Outcome::Failed(format!("opening a world: {why}")),
+            Ok(world) => match case(world, load).await {
+                Ok(()) => Outcome::Passed,
+                Err(why) => Outcome::Failed(why),
+            },
+        };
+        outcomes.push((*name, outcome));
+    }
+    SuiteReport { outcomes }
+}
+
+async fn pair(world: &dyn ReplicaWorld) -> Result<(Direct, Direct), String> {
+    let writer = world.replica().await?;
+    let reader = world.replica().await?;
+    Ok((Direct::new(writer), Direct::new(reader)))
+}
+
+async fn path_reads_are_exact(world: Box<dyn ReplicaWorld>, _: ReplicaLoad) -> Result<(), String> {
+    let (writer, reader) = pair(world.as_ref()).await?;
+    // A catalog read first, so a replica that caches snapshots has one to (wrongly) reuse.
+    ok(
+        reader.lookup(CatalogQuery::new("*")).await,
+        "warm-up lookup",
+    )?;
+    ok(
+        writer.write("/rep/doc.md", None, "one", &[]).await,
+        "write v1",
+    )?;
+    ok(
+        writer.write("/rep/doc.md", Some(1), "two", &[]).await,
+        "write v2",
+    )?;
+    ensure(ok(reader.is_dir("/rep").await, "is_dir")?, || {
+        "the reader has no /rep".into()
+    })?;
+    let current = ok(reader.current_version("/rep/doc.md").await, "current")?;
+    ensure(current == 2, || {
+        format!("the reader sees version {current}")
+    })?;
+    let got = ok(reader.get("/rep/doc.md", 2).await, "get v2")?;
+    ensure(got.content == "two", || {
+        "the reader read other bytes".into()
+    })?;
+    ok(reader.verify_chain("/rep/doc.md").await, "verify chain")?;
+    expect_kind(
+        reader.write("/rep/doc.md", Some(1), "stale", &[]).await,
+        ErrorKind::Conflict,
+        "a stale write on the reader",
+    )?;
+    Ok(())
+}
+
+async fn catalog_reads_within_bound(
+    world: Box<dyn ReplicaWorld>,
+    _: ReplicaLoad,
+) -> Result<(), String> {
+    let (writer, reader) = pair(world.as_ref()).await?;
+    ok(
+        reader.lookup(CatalogQuery::new("*")).await,
+        "warm-up lookup",
+    )?;
+    let doc = ok(
+        writer
+            .write("/bound/doc.md", None, "bound body", &[("tags", "fresh")])
+            .await,
+        "write",
+    )?;
+    tokio::time::sleep(SEARCH_FRESHNESS).await;
+    let found = paths(&ok(
+        reader.lookup(CatalogQuery::new("fresh")).await,
+        "lookup",
+    )?);
+    ensure(found == ["/bound/doc.md"], || {
+        format!("lookup after the bound found {found:?}")
+    })?;
+    let listed = names(&ok(
+        reader.list("/bound", ListOptions::default()).await,
+        "list",
+    )?);
+    ensure(listed == ["doc.md"], || {
+        format!("listing after the bound {listed:?}")
+    })?;
+    ensure(ok(reader.is_dir("/bound").await, "is_dir")?, || {
+        "no /bound after the bound".into()
+    })?;
+    let owner = ok(reader.lookup_hash(&doc.content_hash).await, "hash lookup")?;
+    ensure(owner.as_str() == "/bound/doc.md", || {
+        format!("hash lookup found {owner}")
+    })
+}
+
+async fn own_writes_at_once(world: Box<dyn ReplicaWorld>, _: ReplicaLoad) -> Result<(), String> {
+    let writer = Direct::new(world.replica().await?);
+    ok(
+        writer.lookup(CatalogQuery::new("*")).await,
+        "warm-up lookup",
+    )?;
+    ok(
+        writer
+            .write("/own/doc.md", None, "mine", &[("tags", "own")])
+            .await,
+        "write",
+    )?;
+    let found = paths(&ok(
+        writer.lookup(CatalogQuery::new("own")).await,
+        "lookup",
+    )?);
+    ensure(found == ["/own/doc.md"], || {
+        format!("own lookup found {found:?}")
+    })?;
+    let listed = names(&ok(
+        writer.list("/own", ListOptions::default()).await,
+        "list",
+    )?);
+    ensure(listed == ["doc.md"], || format!("own listing {listed:?}"))?;
+    let owner = ok(writer.lookup_hash(&Hash::of(b"mine")).await, "hash lookup")?;
+    ensure(owner.as_str() == "/own/doc.md", || {
+        "own hash lookup missed".into()
+    })
+}
+
+async fn one_snapshot_per_view(world: Box<dyn ReplicaWorld>, _: ReplicaLoad) -> Result<(), String> {
+    let (writer, reader) = pair(world.as_ref()).await?;
+    let ctx = Ctx::new();
+    let view = ok(reader.store.open_view(&ctx).await, "open view")?;
+    ok(view.is_dir(&ctx, "/").await, "first read")?;
+    ok(
+        writer.write("/snap/doc.md", None, "later", &[]).await,
+        "write",
+    )?;
+    expect_kind(
+        view.get(&ctx, "/snap/doc.md", 0).await,
+        ErrorKind::NotFound,
+        "the pinned view",
+    )?;
+    expect_kind(
+        view.is_dir(&ctx, "/snap").await,
+        ErrorKind::NotFound,
+        "the pinned view's directories",
+    )?;
+    view.close();
+    ok(reader.get("/snap/doc.md", 0).await, "a new view")?;
+    Ok(())
+}
+
+/// One acknowledged write: (path, version) → body.
+type Acks = BTreeMap<(String, u64), String>;
+
+async fn writer_rounds(
+    store: Arc<dyn Store>,
+    replica: usize,
+    writer: usize,
+    rounds: usize,
+) -> Result<Acks, String> {
+    let direct = Direct::new(store);
+    let mut acks = Acks::new();
+    for round in 0..rounds {
+        let tag = format!("r{replica}w{writer}n{round}");
+        let current = ok(direct.current_version("/shared/cas.md").await, "read cas")?;
+        let body = format!("cas {tag}");
+        match direct
+            .write("/shared/cas.md", Some(current), &body, &[])
+            .await
+        {
+            Ok(doc) => {
+                acks.insert(("/shared/cas.md".into(), doc.version), body);
+            }
+            Err(e) if e.kind() == ErrorKind::Conflict => {}
+            Err(e) => return Err(format!("{tag} cas write: {e}")),
+        }
+        let body = format!("blind {tag}");
+        match direct.write("/shared/blind.md", None, &body, &[]).await {
+            Ok(doc) => {
+                acks.insert(("/shared/blind.md".into(), doc.version), body);
+            }
+            Err(e) if e.kind() == ErrorKind::Conflict => {}
+            Err(e) => return Err(format!("{tag} blind write: {e}")),
+        }
+        let path = format!("/own/{tag}.md");
+        let body = format!("own {tag}");
+        let doc = ok(
+            direct.write(&path, Some(0), &body, &[]).await,
+            &format!("{tag} create"),
+        )?;
+        acks.insert((path, doc.version), body);
+    }
+    Ok(acks)
+}
+
+async fn concurrent_writers_lose_nothing(
+    world: Box<dyn ReplicaWorld>,
+    load: ReplicaLoad,
+) -> Result<(), String> {
+    let mut tasks = Vec::new();
+    for replica in 0..load.replicas {
+        let store = world.replica().await?;
+        for writer in 0..load.writers {
+            tasks.push(tokio::spawn(writer_rounds(
+                store.clone(),
+                replica,
+                writer,
+                load.rounds,
+            )));
+        }
+    }
+    let mut acks = Acks::new();
+    for task in tasks {
+        let mine = task
+            .await
+            .map_err(|e| format!("a writer panicked: {e}"))??;
+        for (key, body) in mine {
+            if let Some(earlier) = acks.insert(key.clone(), body) {
+                return Err(format!("{key:?} acknowledged twice (also as {earlier:?})"));
+            }
+        }
+    }
+    let checker = Direct::new(world.replica().await?);
+    for ((path, version), body) in &acks {
+        let got = ok(
+            checker.get(path, *version).await,
+            &format!("read back {path} v{version}"),
+        )?;
+        ensure(&got.content == body, || {
+            format!(
+                "{path} v{version} reads {:?}, acknowledged {body:?}",
+                got.content
+            )
+        })?;
+    }
+    for shared in ["/shared/cas.md", "/shared/blind.md"] {
+        let current = ok(checker.current_version(shared).await, "current")?;
+        let acked: BTreeSet<u64> = acks
+            .keys()
+            .filter(|(p, _)| p == shared)
+            .map(|(_, v)| *v)
+            .collect();
+        ensure(acked == (1..=current).collect(), || {
+            format!("{shared}: acknowledged versions {acked:?}, current {current}")
+        })?;
+    }
+    let own = acks.keys().filter(|(p, _)| p.starts_with("/own/")).count();
+    let want = load.replicas * load.writers * load.rounds;
+    ensure(own == want, || {
+        format!("{own} own documents acknowledged, want {want}")
+    })
+}

@@ -1,0 +1,511 @@
+//! The catalog index: every live document's catalog record, kept current one changed document
+//! at a time, and LOOKUP in catalog mode over it.
+//!
+//! # Matching and ranking
+//!
+//! A term matches a document when it equals one of its tags (case-insensitively) or occurs in
+//! its title (case-insensitive substring, every character literal: `%`, `_`, `\` and `*` are
+//! plain text). A document's score is the number of distinct terms it matches; documents with
+//! no match are not results. Results rank by score, then importance, then newer `modified`,
+//! then path, and are cut at the cap. The query `*` matches every document with score 0.
+//! Scope and filters apply to both.
+//!
+//! # Indexes
+//!
+//! - `tags`: (lowercased tag, path) pairs — a term's tag matches are one range.
+//! - `grams`: (trigram, path) pairs over each lowercased title padded at its end with two
+//!   marks, so every character starts one trigram. A term of three or more characters is
+//!   looked up under its rarest trigram and confirmed on the title; a shorter term is a prefix
+//!   of the trigram starting where it occurs, so its candidates are one range of trigrams
+//!   starting with it.
+//! - `ranked`: (importance, modified, path) in result order, for `*`.
+//!
+//! Archived documents are not in the index; [`CatalogIndex::sync`] adds and removes documents
+//! as their state changes.
+
+use std::cmp::Reverse;
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use imbl::{OrdMap, OrdSet};
+use quire_log::metadata::Catalog;
+use quire_log::{DocPath, DocState, Timestamp, WorldState};
+
+use crate::query::{CatalogQuery, Filter, Terms};
+
+/// Pads the end of a title in the trigram index, so every character of a title starts a
+/// trigram (a title's text may hold it too; matches are always confirmed on the title).
+const END: char = '\u{3}';
+
+/// One indexed document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Indexed {
+    catalog: Arc<Catalog>,
+    modified: Timestamp,
+    lower_title: Arc<str>,
+    lower_tags: Vec<Arc<str>>,
+    importance: u64,
+}
+
+impl Indexed {
+    fn new(catalog: Arc<Catalog>, modified: Timestamp) -> Indexed {
+        let lower_title: Arc<str> = catalog.title.to_lowercase().into();
+        let mut lower_tags: Vec<Arc<str>> = Vec::new();
+        for tag in &catalog.tags {
+            let lower: Arc<str> = tag.to_lowercase().into();
+            if !lower_tags.contains(&lower) {
+                lower_tags.push(lower);
+            }
+        }
+        Indexed {
+            importance: importance_key(&catalog.importance),
+            catalog,
+            modified,
+            lower_title,
+            lower_tags,
+        }
+    }
+
+    fn grams(&self) -> Vec<Arc<str>> {
+        let padded: Vec<char> = self.lower_title.chars().chain([END, END]).collect();
+        let mut out: Vec<Arc<str>> = padded
+            .windows(3)
+            .map(|w| w.iter().collect::<String>().into())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn rank(&self, path: &Arc<str>) -> RankKey {
+        (
+            Reverse(self.importance),
+            Reverse(self.modified),
+            path.clone(),
+        )
+    }
+}
+
+/// Importance as an order-preserving integer (canonical importance is a decimal in [0, 1],
+/// whose non-negative `f64` bits order like the number).
+fn importance_key(importance: &str) -> u64 {
+    importance
+        .parse::<f64>()
+        .map_or(0, |v| v.max(0.0).to_bits())
+}
+
+type Pair = (Arc<str>, Arc<str>);
+type RankKey = (Reverse<u64>, Reverse<Timestamp>, Arc<str>);
+
+/// One LOOKUP result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogMatch {
+    pub path: DocPath,
+    pub title: String,
+    /// Tags in declared order and case.
+    pub tags: Vec<String>,
+    /// Canonical decimal in [0, 1].
+    pub importance: String,
+    pub modified: Timestamp,
+    /// Distinct terms matched (0 for `*`).
+    pub score: usize,
+}
+
+/// The catalog of every live document. Cheap to clone; clones are independent.
+#[derive(Clone, Debug, Default)]
+pub struct CatalogIndex {
+    docs: OrdMap<DocPath, Indexed>,
+    tags: OrdSet<Pair>,
+    grams: OrdSet<Pair>,
+    ranked: OrdSet<RankKey>,
+}
+
+impl CatalogIndex {
+    pub fn new() -> CatalogIndex {
+        CatalogIndex::default()
+    }
+
+    /// The catalog of every live document of `state`.
+    pub fn from_state(state: &WorldState) -> CatalogIndex {
+        let mut index = CatalogIndex::new();
+        for doc in state.docs() {
+            index.sync_doc(&doc.path, Some(doc));
+        }
+        index
+    }
+
+    /// Brings the entries of `paths` in line with `state` (after `state` changed them):
+    /// live documents are added or updated, archived or absent ones removed.
+    pub fn sync<'a>(&mut self, state: &WorldState, paths: impl IntoIterator<Item = &'a DocPath>) {
+        for path in paths {
+            self.sync_doc(path, state.doc(path));
+        }
+    }
+
+    /// Brings one document's entry in line with its state (`None`: no such document).
+    pub fn sync_doc(&mut self, path: &DocPath, doc: Option<&Arc<DocState>>) {
+        match doc.filter(|d| !d.archived) {
+            Some(doc) => self.upsert(path, doc.catalog.clone(), doc.modified),
+            None => self.remove(path),
+        }
+    }
+
+    /// How many documents the index holds.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// Adds or replaces the entry of `path`.
+    pub fn upsert(&mut self, path: &DocPath, catalog: Arc<Catalog>, modified: Timestamp) {
+        let entry = Indexed::new(catalog, modified);
+        if self.docs.get(path) == Some(&entry) {
+            return;
+        }
+        self.remove(path);
+        let key: Arc<str> = path.as_str().into();
+        for tag in &entry.lower_tags {
+            self.tags.insert((tag.clone(), key.clone()));
+        }
+        for gram in entry.grams() {
+            self.grams.insert((gram, key.clone()));
+        }
+        self.ranked.insert(entry.rank(&key));
+        self.docs.insert(path.clone(), entry);
+    }
+
+    /// Removes the entry of `path`, if any.
+    pub fn remove(&mut self, path: &DocPath) {
+        let Some(old) = self.docs.remove(path) else {
+            return;
+        };
+        let key: Arc<str> = path.as_str().into();
+        for tag in &old.lower_tags {
+            self.tags.remove(&(tag.clone(), key.clone()));
+        }
+        for gram in old.grams() {
+            self.grams.remove(&(gram, key.clone()));
+        }
+        self.ranked.remove(&old.rank(&key));
+    }
+
+    /// Answers a catalog lookup (the query's match mode is the caller's concern).
+    pub fn lookup(&self, query: &CatalogQuery) -> Vec<CatalogMatch> {
+        let Some(scope) = query.canonical_scope() else {
+            return Vec::new();
+        };
+        let in_scope = |path: &str| {
+            scope == "/"
+                || (path.starts_with(&scope) && path.as_bytes().get(scope.len()) == Some(&b'/'))
+        };
+        let accept = |path: &str, doc: &Indexed| {
+            in_scope(path) && query.filters.iter().all(|f| holds(f, doc))
+        };
+        match query.terms() {
+            Terms::All => {
+                let mut out = Vec::new();
+                for (_, _, path) in self.ranked.iter() {
+                    let Some((doc_path, doc)) = self.docs.get_key_value(&**path) else {
+                        continue;
+                    };
+                    if accept(path, doc) {
+                        out.push(to_match(doc_path, doc, 0));
+                        if query.max != 0 && out.len() == query.max {
+                            break;
+                        }
+                    }
+                }
+                out
+            }
+            Terms::Words(words) => {
+                let mut scores: HashMap<Arc<str>, usize> = HashMap::new();
+                for word in &words {
+                    for path in self.matching(word) {
+                        *scores.entry(path).or_default() += 1;
+                    }
+                }
+                let mut hits: Vec<(usize, RankKey)> = scores
+                    .into_iter()
+                    .filter_map(|(path, score)| {
+                        let doc = self.docs.get(&*path)?;
+                        accept(&path, doc).then(|| (score, doc.rank(&path)))
+                    })
+                    .collect();
+                hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+                if query.max != 0 {
+                    hits.truncate(query.max);
+                }
+                hits.into_iter()
+                    .filter_map(|(score, (_, _, path))| {
+                        let (doc_path, doc) = self.docs.get_key_value(&*path)?;
+                        Some(to_match(doc_path, doc, score))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The paths `word` (lowercased) matches, each once.
+    fn matching(&self, word: &str) -> Vec<Arc<str>> {
+        let mut out: Vec<Arc<str>> = pairs_with_first(&self.tags, word, true).collect();
+        let chars: Vec<char> = word.chars().collect();
+        if chars.is_empty() {
+            return out;
+        }
+        let mut candidates: Vec<Arc<str>> = if chars.len() < 3 {
+            pairs_with_first(&self.grams, word, false).collect()
+        } else {
+            // The rarest trigram bounds the candidates; count each only as far as the best.
+            let mut best: Option<(usize, String)> = None;
+            for window in chars.windows(3) {
+                let gram: String = window.iter().collect();
+                let limit = best.as_ref().map_or(usize::MAX, |(n, _)| *n);
+                let count = pairs_with_first(&self.grams, &gram, true)
+                    .take(limit)
+                    .count();
+                if count < limit {
+                    best = Some((count, gram));
+                }
+            }
+            match best {
+                Some((_, gram)) => pairs_with_first(&self.grams, &gram, true).collect(),
+                None => Vec::new(),
+            }
+        };
+        candidates.sort();
+        candidates.dedup();
+        candidates.retain(|path| {
+            self.docs
+                .get(&**path)
+                .is_some_and(|doc| doc.lower_title.contains(word))
+        });
+        out.extend(candidates);
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// The second halves of `(first, second)` pairs whose first equals `key` (`exact`) or
+/// starts with it.
+fn pairs_with_first<'a>(
+    set: &'a OrdSet<Pair>,
+    key: &'a str,
+    exact: bool,
+) -> impl Iterator<Item = Arc<str>> + 'a {
+    let from: Pair = (key.into(), "".into());
+    set.range((Bound::Included(from), Bound::Unbounded))
+        .take_while(move |(first, _)| {
+            if exact {
+                &**first == key
+            } else {
+                first.starts_with(key)
+            }
+        })
+        .map(|(_, path)| path.clone())
+}
+
+fn holds(filter: &Filter, doc: &Indexed) -> bool {
+    match filter {
+        Filter::Tag(tag) => doc.lower_tags.iter().any(|t| **t == *tag),
+        Filter::ModifiedAfter(at) => doc.modified > *at,
+        Filter::ModifiedBefore(at) => doc.modified < *at,
+        Filter::Equals(key, value) => doc.catalog.metadata.get(key) == Some(value),
+    }
+}
+
+fn to_match(path: &DocPath, doc: &Indexed, score: usize) -> CatalogMatch {
+    CatalogMatch {
+        path: path.clone(),
+        title: doc.catalog.title.clone(),
+        tags: doc.catalog.tags.clone(),
+        importance: doc.catalog.importance.clone(),
+        modified: doc.modified,
+        score,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quire_log::metadata::Metadata;
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn add(index: &mut CatalogIndex, path: &str, meta: &[(&str, &str)], body: &str, at: u64) {
+        let path = DocPath::parse(path).unwrap();
+        let meta: Metadata = meta
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        let catalog = Catalog::derive(&path, &meta, body);
+        index.upsert(&path, Arc::new(catalog), Timestamp(at));
+    }
+
+    fn paths(found: &[CatalogMatch]) -> Vec<&str> {
+        found.iter().map(|m| m.path.as_str()).collect()
+    }
+
+    /// The obvious scan the index must agree with.
+    fn scan(docs: &BTreeMap<String, (String, Vec<String>, u64)>, word: &str) -> Vec<String> {
+        docs.iter()
+            .filter(|(_, (title, tags, _))| {
+                title.to_lowercase().contains(word) || tags.iter().any(|t| t.to_lowercase() == word)
+            })
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    #[test]
+    fn terms_match_tags_exactly_and_titles_as_substrings() {
+        let mut index = CatalogIndex::new();
+        add(
+            &mut index,
+            "/a.md",
+            &[("tags", "Golang,web")],
+            "# Rust notes\n",
+            10,
+        );
+        add(&mut index, "/b.md", &[("title", "Go 100% _x_ \\")], "", 10);
+        let find = |q: &str| paths(&index.lookup(&CatalogQuery::new(q))).join(" ");
+        assert_eq!(find("golang"), "/a.md");
+        assert_eq!(find("go"), "/b.md");
+        assert_eq!(find("ust"), "/a.md");
+        assert_eq!(find("100%"), "/b.md");
+        assert_eq!(find("%"), "/b.md");
+        assert_eq!(find("_"), "/b.md");
+        assert_eq!(find("\\"), "/b.md");
+        assert_eq!(find("s"), "/a.md");
+        assert_eq!(find(""), "");
+        let found = index.lookup(&CatalogQuery::new("GOLANG web"));
+        assert_eq!(found[0].score, 2);
+        assert_eq!(found[0].tags, ["Golang", "web"]);
+    }
+
+    #[test]
+    fn ranking_and_cap() {
+        let mut index = CatalogIndex::new();
+        add(
+            &mut index,
+            "/z.md",
+            &[("tags", "x,y"), ("importance", "0.1")],
+            "",
+            1,
+        );
+        add(
+            &mut index,
+            "/hi.md",
+            &[("tags", "x"), ("importance", "0.9")],
+            "",
+            1,
+        );
+        add(&mut index, "/new.md", &[("tags", "x")], "", 5);
+        add(&mut index, "/b.md", &[("tags", "x")], "", 1);
+        add(&mut index, "/a.md", &[("tags", "x")], "", 1);
+        let all = index.lookup(&CatalogQuery::new("x y"));
+        assert_eq!(
+            paths(&all),
+            ["/z.md", "/hi.md", "/new.md", "/a.md", "/b.md"]
+        );
+        let star = index.lookup(&CatalogQuery::new("*").max(2));
+        assert_eq!(paths(&star), ["/hi.md", "/new.md"]);
+        assert!(star.iter().all(|m| m.score == 0));
+    }
+
+    #[test]
+    fn scope_and_filters() {
+        let mut index = CatalogIndex::new();
+        add(
+            &mut index,
+            "/docs/a.md",
+            &[("tags", "T"), ("type", "Note")],
+            "",
+            100,
+        );
+        add(&mut index, "/docs/sub/b.md", &[("tags", "t")], "", 200);
+        add(&mut index, "/other/c.md", &[("tags", "t")], "", 300);
+        let find = |q: CatalogQuery| paths(&index.lookup(&q)).join(" ");
+        assert_eq!(
+            find(CatalogQuery::new("t").scope("/docs/")),
+            "/docs/sub/b.md /docs/a.md"
+        );
+        assert_eq!(
+            find(CatalogQuery::new("t").scope("/docs/sub")),
+            "/docs/sub/b.md"
+        );
+        assert_eq!(find(CatalogQuery::new("t").scope("/oth")), "");
+        assert_eq!(find(CatalogQuery::new("t").scope("")).split(' ').count(), 3);
+        assert_eq!(
+            find(CatalogQuery::new("*").filter(Filter::Equals("type".into(), "Note".into()))),
+            "/docs/a.md"
+        );
+        assert_eq!(
+            find(
+                CatalogQuery::new("t")
+                    .filter(Filter::ModifiedAfter(Timestamp(100)))
+                    .filter(Filter::ModifiedBefore(Timestamp(300)))
+            ),
+            "/docs/sub/b.md"
+        );
+        assert_eq!(
+            find(CatalogQuery::new("*").filter(Filter::tag("T")))
+                .split(' ')
+                .count(),
+            3
+        );
+    }
+
+    #[test]
+    fn updates_replace_and_remove_entries() {
+        let mut index = CatalogIndex::new();
+        add(
+            &mut index,
+            "/a.md",
+            &[("tags", "old")],
+            "# First title\n",
+            1,
+        );
+        let pinned = index.clone();
+        add(&mut index, "/a.md", &[("tags", "new")], "# Second\n", 2);
+        let find = |i: &CatalogIndex, q: &str| paths(&i.lookup(&CatalogQuery::new(q))).len();
+        assert_eq!((find(&index, "old"), find(&index, "first")), (0, 0));
+        assert_eq!((find(&index, "new"), find(&index, "second")), (1, 1));
+        assert_eq!((find(&pinned, "old"), find(&pinned, "first")), (1, 1));
+        index.remove(&DocPath::parse("/a.md").unwrap());
+        assert!(index.is_empty());
+        assert_eq!(find(&index, "*"), 0);
+        assert_eq!(index.grams.len() + index.tags.len() + index.ranked.len(), 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn index_agrees_with_a_scan(
+            titles in proptest::collection::vec("[a-cA-C %_]{1,8}", 1..12),
+            word in "[a-c%_ ]{1,4}",
+        ) {
+            let mut index = CatalogIndex::new();
+            let mut docs = BTreeMap::new();
+            for (i, title) in titles.iter().enumerate() {
+                let path = format!("/d{i}.md");
+                let title = title.trim();
+                let meta: Vec<(&str, &str)> = if title.is_empty() { vec![] } else { vec![("title", title)] };
+                add(&mut index, &path, &meta, "", 1);
+                let p = DocPath::parse(&path).unwrap();
+                let shown = if title.is_empty() { p.name().to_owned() } else { title.to_owned() };
+                docs.insert(path, (shown, Vec::new(), 1));
+            }
+            let word = word.trim().to_lowercase();
+            if !word.is_empty() && !word.contains(' ') {
+                let mut want = scan(&docs, &word);
+                want.sort();
+                let mut got: Vec<String> = index.lookup(&CatalogQuery::new(word.clone())).into_iter().map(|m| m.path.to_string()).collect();
+                got.sort();
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
+    }
+}
