@@ -60,7 +60,6 @@ impl Doc {
             etag: Hash::of(&v.bytes),
             body_hash: Hash::of(v.stored.body.as_bytes()),
             modified: v.modified,
-            metadata_len: v.stored.metadata.len(),
         }
     }
 }
