@@ -4,6 +4,7 @@
 //!   tests against them, then the conformance table.
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
+//! - `bench`: the benchmarks (`commit`, `coldstart`, or `all`), in the release profile.
 
 mod conformance;
 mod servers;
@@ -28,12 +29,54 @@ enum Task {
     Conformance,
     /// Start the local S3 and GCS servers and print their environment until interrupted.
     Servers,
+    /// Run a benchmark: `commit` (group commit on a simulated bucket), `coldstart` (a
+    /// million-document world on the file driver), or `all`. Arguments after `--` go to the
+    /// benchmark (e.g. `cargo xtask bench coldstart -- --docs 100000`).
+    Bench {
+        #[arg(value_enum, default_value = "all")]
+        which: Bench,
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Bench {
+    Commit,
+    Coldstart,
+    All,
+}
+
+/// The benchmarks: (name, package, bench target).
+const BENCHES: [(Bench, &str, &str); 2] = [
+    (Bench::Commit, "quire-log", "commit"),
+    (Bench::Coldstart, "quire-checkpoint", "coldstart"),
+];
+
+fn bench(which: Bench, args: &[String]) -> Result<()> {
+    for (name, package, target) in BENCHES {
+        if which != Bench::All && which != name {
+            continue;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(servers::project_root())
+            .args(["bench", "-p", package, "--bench", target, "--"])
+            .args(args)
+            .status()
+            .with_context(|| format!("running the {target} benchmark"))?;
+        if !status.success() {
+            bail!("the {target} benchmark failed: {status}");
+        }
+    }
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Test => test().await,
+        Task::Bench { which, args } => bench(which, &args),
         Task::Conformance => {
             let (scratch, servers) = start_servers().await?;
             conformance::run_table(scratch.path(), &servers).await
