@@ -5,6 +5,10 @@
 //! tokio's paused clock, so each measurement reports *simulated* time: `saturation` is writes acknowledged per
 //! simulated second with a deep queue; `open_loop_250` offers 250 writes/s and reports the
 //! p99 acknowledge latency as its time (p50/p99/p999 and objects/bytes per write are printed).
+//! `closed_loop_{n}_stores` runs 1, 2 or 3 stores on one world, each with its own link to
+//! the one bucket and no peer hints between them, every store kept busy by closed-loop
+//! writers; it prints total writes/s, each store's share of the commits and its p99
+//! acknowledge latency.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,6 +138,81 @@ fn contended_run(seed: u64, stores: u8) -> Duration {
     })
 }
 
+/// Writers per store in the closed-loop runs: enough to keep batches of 64 full with
+/// two batches staged behind the one being created.
+const CLOSED_LOOP_WRITERS: usize = 192;
+
+/// What one closed-loop run measured.
+struct ClosedLoop {
+    writes_per_second: f64,
+    /// Per store: its share of all commits and its p99 acknowledge latency.
+    stores: Vec<(f64, Duration)>,
+}
+
+/// `stores` stores on one world (with or without peer hints between them), each driven by
+/// closed-loop writers for `seconds` simulated seconds.
+fn closed_loop_run(seed: u64, stores: u8, hints: bool, seconds: u64) -> ClosedLoop {
+    runtime().block_on(async {
+        let bucket: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+        let start = tokio::time::Instant::now();
+        let end = start + Duration::from_secs(seconds);
+        let peers: Arc<std::sync::Mutex<Vec<Committer>>> = Arc::default();
+        let mut committers = Vec::new();
+        let mut per_store = Vec::new();
+        for s in 0..stores {
+            let hint_to = peers.clone();
+            let hook: quire_log::commit::CommittedHook = Arc::new(move |sequence| {
+                for (i, peer) in hint_to.lock().unwrap().iter().enumerate() {
+                    if i != usize::from(s) {
+                        peer.follow(sequence);
+                    }
+                }
+            });
+            let hook = hints.then_some(hook);
+            let (c, _) = committer_on(bucket.clone(), seed * 16 + u64::from(s), s + 1, hook);
+            committers.push(c.clone());
+            let writers: Vec<_> = (0..CLOSED_LOOP_WRITERS)
+                .map(|w| {
+                    let c = c.clone();
+                    tokio::spawn(async move {
+                        let mut latencies = Vec::new();
+                        let mut i = 0u64;
+                        while tokio::time::Instant::now() < end {
+                            let offered = tokio::time::Instant::now();
+                            let n = (u64::from(s) << 40) | ((w as u64) << 20) | i;
+                            c.submit(write(n)).await.unwrap();
+                            latencies.push(offered.elapsed());
+                            i += 1;
+                        }
+                        latencies
+                    })
+                })
+                .collect();
+            per_store.push(writers);
+        }
+        *peers.lock().unwrap() = committers;
+        let mut latencies_per_store = Vec::new();
+        for writers in per_store {
+            let mut latencies = Vec::new();
+            for w in futures::future::join_all(writers).await {
+                latencies.extend(w.unwrap());
+            }
+            latencies.sort_unstable();
+            latencies_per_store.push(latencies);
+        }
+        let elapsed = start.elapsed();
+        peers.lock().unwrap().clear();
+        let total: usize = latencies_per_store.iter().map(Vec::len).sum();
+        ClosedLoop {
+            writes_per_second: total as f64 / elapsed.as_secs_f64(),
+            stores: latencies_per_store
+                .iter()
+                .map(|l| (l.len() as f64 / total as f64, percentile(l, 0.99)))
+                .collect(),
+        }
+    })
+}
+
 struct OpenLoop {
     latencies: Vec<Duration>,
     creates_per_write: f64,
@@ -184,6 +263,34 @@ fn bench(c: &mut Criterion) {
     for stores in [2u8, 3] {
         group.bench_function(format!("saturation_{stores}_stores_simulated"), |b| {
             b.iter_custom(|iters| (0..iters).map(|i| contended_run(i, stores)).sum())
+        });
+    }
+    for (stores, hints) in [(1u8, false), (2, false), (3, false), (2, true), (3, true)] {
+        let run = closed_loop_run(7, stores, hints, 4);
+        let shares: Vec<String> = run
+            .stores
+            .iter()
+            .map(|(share, p99)| format!("{:.0}% p99 {p99:?}", share * 100.0))
+            .collect();
+        eprintln!(
+            "closed loop, {stores} store(s) on one world, peer hints {hints} (simulated): {:.0} writes/s; {}",
+            run.writes_per_second,
+            shares.join(", "),
+        );
+        // Reported as the time for a fixed count at the measured rate, so criterion's
+        // throughput is the total writes/s.
+        if hints {
+            continue;
+        }
+        group.bench_function(format!("closed_loop_{stores}_stores_simulated"), |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|i| {
+                        let rate = closed_loop_run(i, stores, false, 2).writes_per_second;
+                        Duration::from_secs_f64(SATURATION_WRITES as f64 / rate)
+                    })
+                    .sum()
+            })
         });
     }
     let summary = open_loop_run(7, 10);

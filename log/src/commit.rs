@@ -26,11 +26,14 @@
 //!    touched are rebuilt, the rest are kept as built, and the batch takes the next name.
 //!    Batches staged behind it are rebuilt from the queue. A blind publish whose base changed
 //!    in between is a conflict, so two blind writers never both silently succeed.
-//!    A store that loses twice in a row trails the log and jumps to its end by listing.
+//!    A store that loses four in a row trails the log and jumps to its end by listing.
 //! 6. Several stores on one world: a store that applied another store's slot within
 //!    [`CommitterConfig::yield_window`] waits a random pause up to
 //!    [`CommitterConfig::yield_jitter`] after each win before its next create; a store alone
-//!    never waits. A winner learns of a loser only through peer hints: the loser's
+//!    never waits. While a peer is active, a store reads each slot name it creates just
+//!    after its create would land, so a peer's winning slot is in hand about when the
+//!    refusal arrives and its next create follows at once, and batches may grow to
+//!    [`CommitterConfig::contended_batch_max`]. A winner learns of a loser only through peer hints: the loser's
 //!    [`CommitterConfig::on_committed`] reports the winning slot, a server forwards it, and
 //!    the winner's [`Committer::follow`] sees a sequence inside its own slot and holds its
 //!    next create (at most [`CommitterConfig::handoff_wait`]) until the peer's slot appears;
@@ -95,6 +98,10 @@ pub struct CommitterConfig {
     pub batch_start: usize,
     /// The ceiling the limit doubles up to (at most [`MAX_SLOT_ENTRIES`]).
     pub batch_max: usize,
+    /// The ceiling while a peer is active (at least `batch_max`): contending stores share
+    /// the world's slots and each hand-off costs more than a create, so bigger slots keep
+    /// the world's throughput at a lone store's.
+    pub contended_batch_max: usize,
     /// Batches in the pipeline: the one being created plus those built and staged behind it.
     pub pipeline: usize,
     /// The largest stored version carried inside a slot.
@@ -130,6 +137,7 @@ impl Default for CommitterConfig {
             store: StoreId([0; 16]),
             batch_start: 16,
             batch_max: 64,
+            contended_batch_max: 128,
             pipeline: 3,
             inline_limit: DEFAULT_INLINE_LIMIT,
             slot_inline_budget: 1 << 20,
@@ -237,6 +245,7 @@ struct Shared {
     stats: Mutex<CommitStats>,
     peer_seen: Mutex<Option<Instant>>,
     rng: Mutex<SmallRng>,
+    latencies: Arc<Mutex<Latencies>>,
 }
 
 impl Shared {
@@ -310,6 +319,9 @@ impl Committer {
         mut config: CommitterConfig,
     ) -> Committer {
         config.batch_max = config.batch_max.clamp(1, MAX_SLOT_ENTRIES);
+        config.contended_batch_max = config
+            .contended_batch_max
+            .clamp(config.batch_max, MAX_SLOT_ENTRIES);
         config.batch_start = config.batch_start.clamp(1, config.batch_max);
         config.pipeline = config.pipeline.max(1);
         let (committed, _) = watch::channel(state.sequence());
@@ -323,6 +335,7 @@ impl Committer {
             served,
             stats: Mutex::default(),
             peer_seen: Mutex::default(),
+            latencies: Arc::default(),
         });
         if let Some(hook) = shared.config.on_committed.clone() {
             let mut changes = shared.committed.subscribe();
@@ -887,14 +900,25 @@ impl Actor {
                         self.tail.clone()
                     }
                 };
+                self.limit = self.limit.min(self.batch_ceiling());
                 self.batches.push_back(Batch::open(working, self.limit));
             }
             let mut batch = self.batches.pop_back().expect("a batch to join");
             self.add_member(&mut batch, pending).await;
             if batch.members.len() == batch.cap && !self.queue.is_empty() {
-                self.limit = (self.limit * 2).min(self.shared.config.batch_max);
+                self.limit = (self.limit * 2).min(self.batch_ceiling());
             }
             self.batches.push_back(batch);
+        }
+    }
+
+    /// The most members a batch may grow to now.
+    fn batch_ceiling(&self) -> usize {
+        let config = &self.shared.config;
+        if self.shared.peer_active() {
+            config.contended_batch_max
+        } else {
+            config.batch_max
         }
     }
 
@@ -1217,7 +1241,28 @@ impl Actor {
             let bytes = slot.bytes.clone();
             let first = slot.slot.first;
             let retry = self.retry_policy();
-            self.creating = Some(tokio::spawn(create_slot(store, key, first, bytes, retry)));
+            // A store alone never reads behind its creates: only contention makes them pay.
+            let read_behind = if self.shared.peer_active() {
+                self.shared
+                    .latencies
+                    .lock()
+                    .expect("latency lock poisoned")
+                    .read_behind()
+            } else {
+                None
+            };
+            let latencies = self.shared.latencies.clone();
+            self.creating = Some(tokio::spawn(create_slot(
+                store,
+                SlotCreate {
+                    key,
+                    first,
+                    bytes,
+                    retry,
+                    read_behind,
+                    latencies,
+                },
+            )));
             return;
         }
     }
@@ -1293,7 +1338,7 @@ impl Actor {
                 let mut touched = Touched::default();
                 touched.add(&winner, self.shared.config.policy_path.as_ref());
                 self.lost_streak += 1;
-                if self.lost_streak >= 2 {
+                if self.lost_streak.is_multiple_of(TRAILING_LOSSES) {
                     // Losing again means this store trails the log: jump to its end.
                     let store = self.shared.store.clone();
                     let policy = self.shared.config.policy_path.clone();
@@ -1503,28 +1548,125 @@ impl RetryPolicy {
     }
 }
 
-/// Creates a slot and decides the outcome, reading the name back whenever the create's
-/// answer does not settle it.
-async fn create_slot(
-    store: Arc<dyn BlobStore>,
+/// Races lost in a row after which a store takes itself to trail the log by more than a
+/// slot and jumps to its end by listing. Under fair contention between three stores, losing
+/// two in a row is common and a listing would only cost a turn.
+const TRAILING_LOSSES: u32 = 4;
+
+/// Observed latencies of this store's slot creates and slot reads (moving averages), for
+/// timing reads behind creates.
+#[derive(Default)]
+struct Latencies {
+    create: Option<Duration>,
+    read: Option<Duration>,
+}
+
+impl Latencies {
+    fn note(average: &mut Option<Duration>, sample: Duration) {
+        *average = Some(match *average {
+            None => sample,
+            Some(old) => (old * 7 + sample) / 8,
+        });
+    }
+
+    /// How long after starting a slot create to start reading the same name, so the read
+    /// reaches the bucket just after the create would have: a peer's slot that beat it is
+    /// then in hand about when the create's refusal would arrive, instead of one read later.
+    fn read_behind(&self) -> Option<Duration> {
+        let (create, read) = (self.create?, self.read?);
+        Some(create.saturating_sub(read) + create / 10)
+    }
+}
+
+/// One slot create: its name, bytes and how to pursue it.
+struct SlotCreate {
     key: String,
     first: u64,
     bytes: Bytes,
     retry: RetryPolicy,
-) -> CreateOutcome {
+    /// When contending: start reading the name this long after the create starts.
+    read_behind: Option<Duration>,
+    latencies: Arc<Mutex<Latencies>>,
+}
+
+/// Creates a slot and decides the outcome. With a read behind the create, whichever
+/// settles the name first decides: other bytes under the name mean the create cannot win
+/// (names are create-if-absent and slots are never replaced), our bytes mean it did.
+async fn create_slot(store: Arc<dyn BlobStore>, create: SlotCreate) -> CreateOutcome {
+    let Some(offset) = create.read_behind else {
+        return decide_create(store, &create).await;
+    };
+    let read = read_behind(store.clone(), &create, offset);
+    let decide = decide_create(store.clone(), &create);
+    tokio::pin!(read, decide);
+    tokio::select! {
+        outcome = &mut decide => outcome,
+        Some(outcome) = &mut read => outcome,
+    }
+}
+
+/// Reads the name `offset` after a create started; `None` when that settles nothing.
+async fn read_behind(
+    store: Arc<dyn BlobStore>,
+    create: &SlotCreate,
+    offset: Duration,
+) -> Option<CreateOutcome> {
+    tokio::time::sleep(offset).await;
+    let started = Instant::now();
+    let object = store.get(&create.key).await.ok()?;
+    Latencies::note(
+        &mut create.latencies.lock().expect("latency lock poisoned").read,
+        started.elapsed(),
+    );
+    if object.data == create.bytes {
+        return Some(CreateOutcome::Won);
+    }
+    let winner = EncodedSlot::decode(&create.key, create.first, object.data).ok()?;
+    Some(CreateOutcome::Lost(Box::new(winner)))
+}
+
+/// Creates a slot and decides the outcome, reading the name back whenever the create's
+/// answer does not settle it.
+async fn decide_create(store: Arc<dyn BlobStore>, create: &SlotCreate) -> CreateOutcome {
+    let SlotCreate {
+        key,
+        first,
+        bytes,
+        retry,
+        latencies,
+        ..
+    } = create;
+    let (first, retry) = (*first, *retry);
+    let note = |which: fn(&mut Latencies) -> &mut Option<Duration>, started: Instant| {
+        let mut latencies = latencies.lock().expect("latency lock poisoned");
+        Latencies::note(which(&mut latencies), started.elapsed());
+    };
     let mut rng = SmallRng::seed_from_u64(retry.seed);
     let mut last_error = None;
     for attempt in 0..retry.attempts {
         if attempt > 0 {
             tokio::time::sleep(retry.pause(attempt - 1, &mut rng)).await;
         }
-        match store.create(&key, bytes.clone()).await {
+        let started = Instant::now();
+        let created = store.create(key, bytes.clone()).await;
+        if created
+            .as_ref()
+            .map_or_else(|e| e.is_precondition(), |_| true)
+        {
+            note(|l| &mut l.create, started);
+        }
+        match created {
             Ok(_) => return CreateOutcome::Won,
             Err(e) if e.is_precondition() || e.kind().is_retryable() => {
-                match store.get(&key).await {
-                    Ok(object) if object.data == bytes => return CreateOutcome::Won,
+                let started = Instant::now();
+                let read = store.get(key).await;
+                if read.is_ok() {
+                    note(|l| &mut l.read, started);
+                }
+                match read {
+                    Ok(object) if object.data == *bytes => return CreateOutcome::Won,
                     Ok(object) => {
-                        return match EncodedSlot::decode(&key, first, object.data) {
+                        return match EncodedSlot::decode(key, first, object.data) {
                             Ok(winner) => CreateOutcome::Lost(Box::new(winner)),
                             Err(err) => CreateOutcome::Failed(err),
                         };

@@ -199,3 +199,66 @@ async fn two_faulty_stores_lose_nothing() {
 async fn three_faulty_stores_lose_nothing() {
     faulty_stores_lose_nothing(3).await;
 }
+
+/// Two stores on real-GCS links with peer hints wired between them, each kept busy by
+/// closed-loop writers: neither falls below a third of the commits and nothing is lost.
+#[tokio::test(start_paused = true)]
+async fn two_hinted_stores_on_real_gcs_links_share_fairly() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let end = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    let peers: Arc<std::sync::Mutex<Vec<Committer>>> = Arc::default();
+    let mut committers = Vec::new();
+    let mut tasks = Vec::new();
+    for s in 0..2u8 {
+        let hint_to = peers.clone();
+        let config = CommitterConfig {
+            prefix: PREFIX.into(),
+            store: StoreId([s + 1; 16]),
+            seed: u64::from(s),
+            on_committed: Some(Arc::new(move |sequence| {
+                if let Some(other) = hint_to.lock().unwrap().get(1 - usize::from(s)) {
+                    other.follow(sequence);
+                }
+            })),
+            ..CommitterConfig::default()
+        };
+        let sim = Simulated::real_gcs(memory.clone(), 40 + u64::from(s));
+        let c = Committer::start(
+            Arc::new(sim),
+            WorldState::genesis(WORLD),
+            Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
+            config,
+        );
+        committers.push(c.clone());
+        for w in 0..96 {
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut done = 0u64;
+                let mut i = 0;
+                while tokio::time::Instant::now() < end {
+                    i += 1;
+                    submit(&c, publish(&format!("/s{s}/w{w}/{i}.md"), "x"))
+                        .await
+                        .unwrap();
+                    done += 1;
+                }
+                (usize::from(s), done)
+            }));
+        }
+    }
+    *peers.lock().unwrap() = committers;
+    let mut done = [0u64; 2];
+    for task in tasks {
+        let (s, d) = task.await.unwrap();
+        done[s] += d;
+    }
+    peers.lock().unwrap().clear();
+    let total: u64 = done.iter().sum();
+    assert!(total > 0);
+    assert!(done.iter().all(|d| d * 3 >= total), "unfair split {done:?}");
+    let state = replayed(memory.as_ref()).await;
+    assert_eq!(
+        state.sequence(),
+        WorldState::genesis(WORLD).sequence() + total
+    );
+}
