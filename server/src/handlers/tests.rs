@@ -82,6 +82,15 @@ async fn publish_fetch_versions_and_conflicts() {
     .await;
     assert_eq!(cached.status, Status::NotModified);
 
+    let current_hash = fetched.metadata["content-hash"].replacen("blake3-", "/blake3-", 1);
+    let resolved = handle(&w, Request::new(Verb::Fetch, &current_hash)).await;
+    assert_eq!(
+        (resolved.status, &resolved.body[..]),
+        (Status::Ok, &b"# A\n"[..])
+    );
+    let reserved = handle(&w, req(Verb::Publish, &current_hash).with_body("x")).await;
+    assert_eq!(reserved.status, Status::BadRequest);
+
     let appended = handle(
         &w,
         req(Verb::Append, "/docs/a.md")
