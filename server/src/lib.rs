@@ -12,8 +12,12 @@
 
 pub mod auth;
 pub mod config;
+pub mod handlers;
+pub mod http;
 pub mod limits;
 pub mod mark;
+pub mod wiring;
+pub mod worlds;
 
 /// `line N: message` for a TOML error, so every file error names its line.
 pub(crate) fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {

@@ -1,0 +1,207 @@
+//! LIST: one page of a directory's children, read-authorised per entry before paging, with a
+//! cursor bound to the directory and the archive mode.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use quire_backend::{DirEntry, ErrorKind, ListOptions};
+
+use super::fetch::read_auth_path;
+use super::{
+    Call, ViewGuard, backend_error, bad_request, canonical, denied, escape_link, hash_path,
+    not_found,
+};
+use crate::mark::{MAX_BODY, Response, Status};
+
+/// The largest page, and the default.
+pub const MAX_PAGE_SIZE: usize = 1000;
+const CURSOR_VERSION: u8 = 1;
+const FLAG_INCLUDE_ARCHIVED: u8 = 1;
+const TRUNCATED_NOTE: &str = "\n*...truncated, too many entries*\n";
+
+pub(super) async fn list(call: &Call<'_>) -> Response {
+    let raw = call.request.path.as_str();
+    let Some(dir) = canonical(raw) else {
+        return not_found(raw);
+    };
+    let page_size = match call.meta("page-size") {
+        None => MAX_PAGE_SIZE,
+        Some(text) => match text.parse::<usize>() {
+            Ok(size) if (1..=MAX_PAGE_SIZE).contains(&size) => size,
+            _ => return bad_request(&format!("page-size must be 1..{MAX_PAGE_SIZE}")),
+        },
+    };
+    let include_archived = match call.meta("include-archived") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return bad_request("include-archived must be true or false"),
+    };
+    let after = match call.meta("cursor") {
+        None => String::new(),
+        Some(cursor) => match decode_cursor(cursor, &dir, include_archived) {
+            Some(after) => after,
+            None => return bad_request("invalid cursor"),
+        },
+    };
+    if let Err(denial) = call.may_read(&read_auth_path(raw, &dir)) {
+        return denied(denial);
+    }
+    if hash_path(&dir).is_some() {
+        return not_found(&dir);
+    }
+    let view = match call.open_view().await {
+        Ok(view) => view,
+        Err(response) => return response,
+    };
+    match view.is_dir(&call.ctx, &dir).await {
+        Ok(true) => {}
+        Ok(false) => return not_found(&dir),
+        Err(error) => return backend_error(&error, &dir),
+    }
+    let page = match read_page(call, &view, &dir, &after, page_size, include_archived).await {
+        Ok(page) => page,
+        Err(response) => return response,
+    };
+    let mut response = Response::new(Status::Ok)
+        .with_meta("entries", page.entries.to_string())
+        .with_meta("complete", page.next_after.is_none().to_string());
+    if let Some(last) = &page.next_after {
+        response = response.with_meta("next-cursor", encode_cursor(&dir, include_archived, last));
+    }
+    response.with_body(page.body)
+}
+
+/// One generated page.
+pub(super) struct ListPage {
+    pub body: String,
+    pub entries: usize,
+    /// The last name shown when more entries follow.
+    pub next_after: Option<String>,
+}
+
+/// Reads up to `page_size` entries the caller may read after `after` and renders them.
+pub(super) async fn read_page(
+    call: &Call<'_>,
+    view: &ViewGuard,
+    dir: &str,
+    after: &str,
+    page_size: usize,
+    include_archived: bool,
+) -> Result<ListPage, Response> {
+    let mut visible: Vec<DirEntry> = Vec::new();
+    let mut cursor = after.to_owned();
+    let mut exhausted = false;
+    // Ask for one more than the page so a full page knows whether more follow; keep reading
+    // windows while auth filtering drops entries.
+    while visible.len() <= page_size {
+        let options = ListOptions {
+            after: cursor.clone(),
+            limit: page_size + 1,
+            include_archived,
+        };
+        let window = match view.list_entries(&call.ctx, dir, &options).await {
+            Ok(window) => window,
+            Err(error) if error.kind() == ErrorKind::NotFound => return Err(not_found(dir)),
+            Err(error) => return Err(backend_error(&error, dir)),
+        };
+        let short = window.len() < options.limit;
+        for entry in window {
+            cursor = entry.name.clone();
+            let child = child_path(dir, &entry);
+            // A denied entry is dropped and does not count toward the page.
+            if call.may_read(&child).is_ok() {
+                visible.push(entry);
+            }
+        }
+        if short {
+            exhausted = true;
+            break;
+        }
+    }
+    let more = !exhausted || visible.len() > page_size;
+    visible.truncate(page_size);
+    let shown_dir = if dir == "/" {
+        "/".to_owned()
+    } else {
+        format!("{dir}/")
+    };
+    let mut body = format!("\n# Index of {shown_dir}\n\n");
+    let mut shown: usize = 0;
+    let mut truncated = false;
+    for entry in &visible {
+        let line = if entry.is_dir {
+            format!(
+                "- [{}/]({}/)\n",
+                entry.name,
+                escape_link(&entry.name, false)
+            )
+        } else {
+            format!("- [{}]({})\n", entry.name, escape_link(&entry.name, false))
+        };
+        if shown > 0 && body.len() + line.len() + TRUNCATED_NOTE.len() > MAX_BODY {
+            truncated = true;
+            break;
+        }
+        body.push_str(&line);
+        shown += 1;
+    }
+    if truncated {
+        body.push_str(TRUNCATED_NOTE);
+    }
+    let next_after = (truncated || more)
+        .then(|| visible.get(shown.saturating_sub(1)).map(|e| e.name.clone()))
+        .flatten();
+    Ok(ListPage {
+        body,
+        entries: shown,
+        next_after,
+    })
+}
+
+/// The path read auth judges for an entry (a directory keeps a trailing `/`).
+fn child_path(dir: &str, entry: &DirEntry) -> String {
+    let base = if dir == "/" {
+        format!("/{}", entry.name)
+    } else {
+        format!("{dir}/{}", entry.name)
+    };
+    if entry.is_dir {
+        format!("{base}/")
+    } else {
+        base
+    }
+}
+
+/// `base64url(version, flags, u16 dir length, dir, last name)`.
+pub fn encode_cursor(dir: &str, include_archived: bool, last: &str) -> String {
+    let mut bytes = Vec::with_capacity(4 + dir.len() + last.len());
+    bytes.push(CURSOR_VERSION);
+    bytes.push(if include_archived {
+        FLAG_INCLUDE_ARCHIVED
+    } else {
+        0
+    });
+    bytes.extend_from_slice(&(dir.len() as u16).to_be_bytes());
+    bytes.extend_from_slice(dir.as_bytes());
+    bytes.extend_from_slice(last.as_bytes());
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The name to continue after, when the cursor was made for this directory and mode.
+pub fn decode_cursor(cursor: &str, dir: &str, include_archived: bool) -> Option<String> {
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    let (&version, rest) = bytes.split_first()?;
+    let (&flags, rest) = rest.split_first()?;
+    if version != CURSOR_VERSION || rest.len() < 2 {
+        return None;
+    }
+    let length = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+    let rest = &rest[2..];
+    if rest.len() < length || &rest[..length] != dir.as_bytes() {
+        return None;
+    }
+    if (flags == FLAG_INCLUDE_ARCHIVED) != include_archived || flags > FLAG_INCLUDE_ARCHIVED {
+        return None;
+    }
+    let last = String::from_utf8(rest[length..].to_vec()).ok()?;
+    (!last.is_empty()).then_some(last)
+}

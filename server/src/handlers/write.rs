@@ -1,0 +1,197 @@
+//! PUBLISH, APPEND and ARCHIVE: the write prelude (read-only, reserved hash paths, size,
+//! tokens), the document contract (`.md`, UTF-8), expected versions and the answers for
+//! created, no-op, conflict and archived.
+
+use std::time::SystemTime;
+
+use quire_backend::{ArchiveRequest, Document, ErrorKind, Metadata, WriteRequest};
+use quire_log::DocPath;
+use quire_log::metadata::{CONTROL_KEYS, apply_default_type};
+
+use super::{Call, backend_error, bad_request, canonical, denied, is_hash_shaped, not_found};
+use crate::mark::{MAX_BODY, Response, Status};
+
+/// The checks every write makes first; the canonical path when they pass.
+fn prelude(call: &Call<'_>) -> Result<String, Response> {
+    let raw = call.request.path.as_str();
+    if call.world.read_only {
+        return Err(Response::error(Status::NotPermitted, "server is read-only"));
+    }
+    let path = canonical(raw).ok_or_else(|| not_found(raw))?;
+    if is_hash_shaped(&path) {
+        return Err(bad_request(&format!(
+            "{path} is a reserved content-address path"
+        )));
+    }
+    if call.request.body.len() > MAX_BODY {
+        return Err(Response::error(
+            Status::ServerError,
+            "content exceeds size limit",
+        ));
+    }
+    call.world
+        .auth
+        .authorize_write(call.secret.as_deref(), &path, SystemTime::now())
+        .map_err(denied)?;
+    Ok(path)
+}
+
+/// The document contract of PUBLISH and APPEND.
+fn document_contract(call: &Call<'_>, path: &str) -> Result<(), Response> {
+    if path == "/" || !path.ends_with(".md") {
+        return Err(bad_request(&format!("{path}: a document path ends in .md")));
+    }
+    if std::str::from_utf8(&call.request.body).is_err() {
+        return Err(bad_request("the body is not valid UTF-8"));
+    }
+    Ok(())
+}
+
+fn expected_version(call: &Call<'_>) -> Result<Option<u64>, Response> {
+    match call.meta("expected-version") {
+        None => Ok(None),
+        Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => text
+            .parse()
+            .map(Some)
+            .map_err(|_| bad_request("expected-version is out of range")),
+        Some(_) => Err(bad_request(
+            "expected-version must be a non-negative integer",
+        )),
+    }
+}
+
+/// The request's publisher metadata: control keys stripped.
+fn publisher_metadata(call: &Call<'_>) -> Metadata {
+    call.request
+        .metadata
+        .iter()
+        .filter(|(key, _)| !CONTROL_KEYS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+pub(super) async fn publish(call: &Call<'_>) -> Response {
+    let path = match prelude(call) {
+        Ok(path) => path,
+        Err(response) => return response,
+    };
+    if let Err(response) = document_contract(call, &path) {
+        return response;
+    }
+    let expected = match expected_version(call) {
+        Ok(expected) => expected,
+        Err(response) => return response,
+    };
+    if call.request.body.is_empty() {
+        return unarchive(call, &path).await;
+    }
+    let mut metadata = publisher_metadata(call);
+    if let Ok(doc_path) = DocPath::parse(&path) {
+        apply_default_type(&doc_path, &mut metadata);
+    }
+    let mut request = WriteRequest::new(path.clone(), call.request.body.clone()).metadata(metadata);
+    request.expected_version = expected;
+    match call.world.store.publish(&call.ctx, request).await {
+        Ok(document) => written(Status::Created, &document),
+        Err(error) => write_error(&error, &path, expected, false),
+    }
+}
+
+/// PUBLISH with an empty body: unarchive (a no-op on a live document).
+async fn unarchive(call: &Call<'_>, path: &str) -> Response {
+    match call
+        .world
+        .store
+        .set_archived(&call.ctx, ArchiveRequest::new(path, false))
+        .await
+    {
+        Ok(result) => Response::new(Status::Ok)
+            .with_meta("version", result.document.version.to_string())
+            .with_meta("modified", result.document.modified.to_string()),
+        Err(error) => backend_error(&error, path),
+    }
+}
+
+pub(super) async fn append(call: &Call<'_>) -> Response {
+    let path = match prelude(call) {
+        Ok(path) => path,
+        Err(response) => return response,
+    };
+    if let Err(response) = document_contract(call, &path) {
+        return response;
+    }
+    let expected = match expected_version(call) {
+        Ok(Some(version)) if version >= 1 => version,
+        Ok(_) => return bad_request("append requires expected-version of at least 1"),
+        Err(response) => return response,
+    };
+    if call.request.body.is_empty() {
+        return Response::error(Status::ServerError, "append requires a body");
+    }
+    let request = WriteRequest::new(path.clone(), call.request.body.clone())
+        .metadata(publisher_metadata(call))
+        .expected(expected);
+    match call.world.store.append(&call.ctx, request).await {
+        Ok(document) => written(Status::Created, &document),
+        Err(error) => write_error(&error, &path, Some(expected), true),
+    }
+}
+
+pub(super) async fn archive(call: &Call<'_>) -> Response {
+    let path = match prelude(call) {
+        Ok(path) => path,
+        Err(response) => return response,
+    };
+    match call
+        .world
+        .store
+        .set_archived(&call.ctx, ArchiveRequest::new(path.clone(), true))
+        .await
+    {
+        Ok(result) => Response::new(Status::Ok)
+            .with_meta("version", result.document.version.to_string())
+            .with_meta("archived", "true"),
+        Err(error) => backend_error(&error, &path),
+    }
+}
+
+fn written(status: Status, document: &Document) -> Response {
+    Response::new(status)
+        .with_meta("version", document.version.to_string())
+        .with_meta("modified", document.modified.to_string())
+}
+
+fn write_error(
+    error: &quire_backend::Error,
+    path: &str,
+    expected: Option<u64>,
+    appending: bool,
+) -> Response {
+    match (error.kind(), error.current()) {
+        (ErrorKind::NotModified, Some(current)) => Response::new(Status::Ok)
+            .with_meta("version", current.version.to_string())
+            .with_meta("modified", current.modified.to_string()),
+        (ErrorKind::Conflict, current) => {
+            let server = current.map_or(0, |c| c.version);
+            let yours = expected.map_or_else(|| "none".to_owned(), |v| v.to_string());
+            let message = if expected == Some(0) {
+                format!("A document already exists at this path (version {server})")
+            } else if appending {
+                format!(
+                    "{path} is at version {server}, not {yours}; check whether your append \
+                     already landed before retrying"
+                )
+            } else {
+                format!("{path} is at version {server}, not {yours}")
+            };
+            Response::error(Status::Conflict, &message)
+                .with_meta("your-version", yours)
+                .with_meta("server-version", server.to_string())
+        }
+        (ErrorKind::Archived, _) => {
+            Response::error(Status::Archived, "document is archived; unarchive first")
+        }
+        (ErrorKind::NotFound, _) => not_found(path),
+        _ => backend_error(error, path),
+    }
+}

@@ -1,0 +1,318 @@
+//! The HTTP gateway over real sockets on 127.0.0.1: every verb's success and error paths,
+//! auth denial, rate limiting, and a world served from a store that is not a bucket store.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quire_backend::file::{FileOptions, FileStore};
+use quire_server::auth::{
+    Authorizer, Operation, PathPattern, Token, TokenHash, TokenRegistry, TokenStore,
+};
+use quire_server::config::Config;
+use quire_server::handlers::World;
+use quire_server::limits::{LimitSettings, Limiter};
+use quire_server::worlds::Worlds;
+use quire_server::{http, wiring};
+use reqwest::StatusCode;
+
+const WRITER: &str = "quire_writer-secret";
+const READER: &str = "quire_reader-secret";
+
+struct Server {
+    base: String,
+    client: reqwest::Client,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Server {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+async fn start(limits: LimitSettings) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let options = FileOptions {
+        durable: false,
+        ..FileOptions::default()
+    };
+    let store = FileStore::open(dir.path(), options).await.unwrap();
+    let tokens = TokenStore::new([
+        Token::new(
+            "writer",
+            TokenHash::of_secret(WRITER),
+            [Operation::Publish],
+            [PathPattern::parse("/docs/**").unwrap()],
+            None,
+        ),
+        Token::new(
+            "reader",
+            TokenHash::of_secret(READER),
+            [Operation::Read],
+            [PathPattern::parse("/private/**").unwrap()],
+            None,
+        ),
+    ])
+    .unwrap();
+    let world = World {
+        name: "test".into(),
+        store: Arc::new(store),
+        auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens)))),
+        limiter: Limiter::new(limits),
+        read_only: false,
+    };
+    serve(Worlds::from_worlds([world]), dir).await
+}
+
+async fn serve(worlds: Worlds, dir: tempfile::TempDir) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(http::serve(listener, Arc::new(worlds), async {
+        let _ = stopped.await;
+    }));
+    Server {
+        base,
+        client: reqwest::Client::new(),
+        _dir: dir,
+        _stop: stop,
+    }
+}
+
+fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
+    response
+        .headers()
+        .get(name)
+        .map_or("", |v| v.to_str().unwrap())
+}
+
+#[tokio::test]
+async fn every_verb_over_http() {
+    let server = start(LimitSettings::default()).await;
+    let c = &server.client;
+    let put = c
+        .put(server.url("/docs/a.md"))
+        .bearer_auth(WRITER)
+        .header("meta-tags", "alpha,wire")
+        .body("# Alpha\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::CREATED);
+    assert_eq!(header(&put, "mark-version"), "1");
+
+    let create_only = c
+        .put(server.url("/docs/a.md"))
+        .bearer_auth(WRITER)
+        .header("if-none-match", "*")
+        .body("other")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(create_only.status(), StatusCode::CONFLICT);
+    assert_eq!(header(&create_only, "mark-server-version"), "1");
+    assert_eq!(header(&create_only, "mark-your-version"), "0");
+
+    let get = c.get(server.url("/docs/a.md")).send().await.unwrap();
+    assert_eq!(get.status(), StatusCode::OK);
+    let etag = header(&get, "etag").to_owned();
+    assert_eq!(get.text().await.unwrap(), "# Alpha\n");
+    let cached = c
+        .get(server.url("/docs/a.md"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cached.status(), StatusCode::NOT_MODIFIED);
+
+    let stale = c
+        .post(server.url("/docs/a.md?append"))
+        .bearer_auth(WRITER)
+        .header("if-match", "\"7\"")
+        .body("more")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+    let append = c
+        .post(server.url("/docs/a.md?append"))
+        .bearer_auth(WRITER)
+        .header(http::EXPECTED_VERSION_HEADER, "1")
+        .body("more")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(append.status(), StatusCode::CREATED);
+    let pinned = c.get(server.url("/docs/a.md/v1")).send().await.unwrap();
+    assert_eq!(header(&pinned, "mark-current-version"), "2");
+
+    let versions = c
+        .get(server.url("/docs/a.md?versions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&versions, "mark-total"), "2");
+    assert_eq!(header(&versions, "mark-chain-valid"), "true");
+
+    let list = c
+        .get(server.url("/docs?list&page-size=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), StatusCode::OK);
+    assert_eq!(header(&list, "mark-complete"), "true");
+    let bad_page = c
+        .get(server.url("/docs?list&page-size=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_page.status(), StatusCode::BAD_REQUEST);
+
+    let lookup = c
+        .get(server.url("/?lookup&query=alpha&filter=tag%3Dwire"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&lookup, "mark-matches"), "1");
+    assert!(lookup.text().await.unwrap().contains("/docs/a.md"));
+    let no_query = c.get(server.url("/?lookup")).send().await.unwrap();
+    assert_eq!(no_query.status(), StatusCode::BAD_REQUEST);
+
+    let archive = c
+        .post(server.url("/docs/a.md?archive"))
+        .bearer_auth(WRITER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&archive, "mark-archived"), "true");
+    let gone = c.get(server.url("/docs/a.md")).send().await.unwrap();
+    assert_eq!(gone.status(), StatusCode::GONE);
+    let missing = c.get(server.url("/docs/none.md")).send().await.unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    let missing_archive = c
+        .post(server.url("/docs/none.md?archive"))
+        .bearer_auth(WRITER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing_archive.status(), StatusCode::NOT_FOUND);
+
+    let too_big = c
+        .put(server.url("/docs/big.md"))
+        .bearer_auth(WRITER)
+        .body(vec![b'a'; quire_server::mark::MAX_BODY + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    assert_eq!(
+        c.get(server.url("/livez")).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        c.get(server.url("/readyz")).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    let metrics = c
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("quire_requests_total{"), "{metrics}");
+    assert!(metrics.contains("quire_request_duration_seconds_bucket"));
+}
+
+#[tokio::test]
+async fn auth_denials() {
+    let server = start(LimitSettings::default()).await;
+    let c = &server.client;
+    let anonymous = c
+        .put(server.url("/docs/a.md"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(header(&anonymous, "www-authenticate"), "Bearer");
+    let unknown = c
+        .put(server.url("/docs/a.md"))
+        .bearer_auth("quire_nobody")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
+    let outside = c
+        .put(server.url("/other/a.md"))
+        .bearer_auth(WRITER)
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(outside.status(), StatusCode::FORBIDDEN);
+    let protected = c.get(server.url("/private/x.md")).send().await.unwrap();
+    assert_eq!(protected.status(), StatusCode::UNAUTHORIZED);
+    let wrong_grant = c
+        .get(server.url("/private/x.md"))
+        .bearer_auth(WRITER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_grant.status(), StatusCode::FORBIDDEN);
+    let granted = c
+        .get(server.url("/private/x.md"))
+        .bearer_auth(READER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(granted.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn rate_limited_with_retry_after() {
+    let limits = LimitSettings {
+        requests_per_second: NonZeroU32::new(1).unwrap(),
+        burst: NonZeroU32::new(1).unwrap(),
+        queue_wait: Duration::ZERO,
+        ..LimitSettings::default()
+    };
+    let server = start(limits).await;
+    let c = &server.client;
+    let first = c.get(server.url("/docs/a.md")).send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::NOT_FOUND);
+    let second = c.get(server.url("/docs/a.md")).send().await.unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&second, "retry-after"), "1");
+}
+
+#[tokio::test]
+async fn world_manager_serves_a_file_store_world() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[[worlds]]\nname = \"notes\"\nauthorities = [\"notes.example\"]\n\n[worlds.backend]\nkind = \"file\"\nroot = {:?}\n\n[worlds.auth]\ndevelopment_token = true\n",
+        dir.path().join("notes")
+    );
+    let config = Config::parse(&text, "test").unwrap();
+    let (worlds, tokens) = Worlds::open(&config, &wiring::Backends).await.unwrap();
+    assert_eq!(tokens.len(), 1);
+    let secret = tokens[0].secret.as_str().to_owned();
+    let server = serve(worlds, dir).await;
+    let c = &server.client;
+    let put = c
+        .put(server.url("/a.md"))
+        .header("host", "notes.example")
+        .bearer_auth(&secret)
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::CREATED);
+    let get = c.get(server.url("/a.md")).send().await.unwrap();
+    assert_eq!(get.text().await.unwrap(), "hello");
+}
