@@ -5,7 +5,9 @@
 //! - **World creation.** A writable open of an empty prefix creates a world: checkpoint
 //!   zero first, the marker last, so a marker always has a checkpoint. A prefix holding
 //!   objects but no marker, another world's marker (when [`BucketOptions::world`] names
-//!   one) or a damaged marker is refused.
+//!   one) or a damaged marker is refused. Stores opening one empty prefix at once with the
+//!   same [`BucketOptions::world`] write identical genesis objects and all join it; with
+//!   different (or random) ids, one wins and the others are refused.
 //! - **Read-only opens never write**: no genesis, no committer, no compactor; writes answer
 //!   [`ErrorKind::ReadOnly`].
 //! - **Freshness.** Exact reads probe the log's next slot (and replay what they find) before
@@ -348,14 +350,20 @@ impl BucketStore {
                     let world = options
                         .world
                         .unwrap_or_else(|| WorldId::random(&mut rand::rng()));
-                    quire_checkpoint::genesis::create_world(
+                    let created = quire_checkpoint::genesis::create_world(
                         blobs.as_ref(),
                         &prefix,
                         world,
                         DEFAULT_WIDTHS,
                     )
-                    .await
-                    .map_err(|e| from_checkpoint(Op::Open, e))?;
+                    .await;
+                    // A store opening the same empty prefix at once may have won; its
+                    // world is checked against `options.world` below.
+                    if let Err(e) = created
+                        && blobs.head(&marker).await.is_err()
+                    {
+                        return Err(from_checkpoint(Op::Open, e));
+                    }
                 }
                 Err(e) => {
                     return Err(
@@ -479,13 +487,13 @@ impl BucketStore {
             passed: Mutex::new(None),
         });
         let mut request = commit::WriteRequest::new(mutation);
+        // The committer judges the deadline: still queued → canceled, nothing stored; being
+        // committed → outcome unknown. A submitted write is never abandoned half-way, so a
+        // cancellation after this point does not cut it short.
         request.deadline = ctx.deadline();
         request.precondition = Some(capture.clone());
-        let outcome = ctx
-            .run(op, &key, async {
-                committer.submit(request).await.map_err(Error::from)
-            })
-            .await?;
+        ctx.check(op, &key)?;
+        let outcome = committer.submit(request).await.map_err(Error::from)?;
         let passed = capture.passed.lock().expect("capture lock poisoned").take();
         Ok((outcome, passed))
     }

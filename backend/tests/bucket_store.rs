@@ -183,3 +183,37 @@ async fn catalog_reads_reuse_a_confirmed_snapshot_until_a_hint_or_the_bound() {
     writer.close().await;
     reader.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_opening_an_empty_prefix_at_once_create_one_world() {
+    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let world = quire_log::WorldId([3; 16]);
+    let opens = (0..4).map(|i| {
+        let blobs = blobs.clone();
+        tokio::spawn(async move {
+            BucketStore::open(
+                blobs,
+                BucketOptions {
+                    world: Some(world),
+                    seed: i,
+                    ..options("race/")
+                },
+            )
+            .await
+        })
+    });
+    let mut stores = Vec::new();
+    for open in opens {
+        stores.push(open.await.unwrap().unwrap());
+    }
+    for (i, store) in stores.iter().enumerate() {
+        assert_eq!(store.world(), world);
+        publish(store, &format!("/from-{i}.md"), "x").await;
+    }
+    for store in &stores {
+        for i in 0..stores.len() {
+            assert_eq!(content(store, &format!("/from-{i}.md"), 0).await, "x");
+        }
+        store.close().await;
+    }
+}
