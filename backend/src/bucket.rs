@@ -322,6 +322,15 @@ struct Inner {
     compaction: Option<Compaction>,
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A store dropped without close still stops its compactor.
+        if let Some(compaction) = &self.compaction {
+            compaction.stop.cancel();
+        }
+    }
+}
+
 impl fmt::Debug for BucketStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BucketStore")

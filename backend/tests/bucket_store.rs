@@ -96,6 +96,20 @@ async fn the_compactor_checkpoints_in_the_background_and_stops_at_close() {
     // The compactor's task ended: its step channel is closed.
     assert!(steps.changed().await.is_err());
 
+    // Dropping a store without close stops its compactor too.
+    let dropped = BucketStore::open(
+        blobs.clone(),
+        BucketOptions {
+            compaction: Some(Policy::default()),
+            ..options("w/")
+        },
+    )
+    .await
+    .unwrap();
+    let mut dropped_steps = dropped.compaction_steps().unwrap();
+    drop(dropped);
+    assert!(dropped_steps.changed().await.is_err());
+
     // A cold start rests on the checkpoint: old versions come from its history blocks.
     let history = quire_blob::list_all(blobs.as_ref(), "w/history/", "")
         .await
