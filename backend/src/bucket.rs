@@ -23,6 +23,10 @@
 //!   the slots it has not seen from the bucket), writes checkpoints when due by
 //!   [`BucketOptions::compaction`] (the policy reads time from the injected clock), adopts
 //!   peers' checkpoints and drops old ones. [`Store::close`] stops it.
+//! - **Changes.** With [`BucketOptions::change_ring`] > 0 a writable store feeds a
+//!   [`ChangeHub`] from the log: every slot its committer installs (its own, and peers' it
+//!   learned of) is read back and its entries published. The epoch is the world id, since
+//!   sequences are the log's own: WATCH resumes across restarts and replicas.
 //! - **The `committed` hook** ([`BucketOptions::on_committed`]) sees every sequence this
 //!   store's committer learned the log reached: a server forwards them to peers as hints.
 //!
@@ -49,7 +53,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::changes::ChangeHub;
+use crate::changes::{ChangeEvent, ChangeHub};
 use crate::contract::{ChangeSource, Follower, Precondition, ReadView, SEARCH_FRESHNESS, Store};
 use crate::ctx::Ctx;
 use crate::error::{Error, ErrorKind, Op, Result};
@@ -78,6 +82,8 @@ pub struct BucketOptions {
     pub on_committed: Option<CommittedHook>,
     /// Seeds the committer's jitter and the compactor's delays.
     pub seed: u64,
+    /// Events the change hub keeps (0, or a read-only store: no hub, WATCH unsupported).
+    pub change_ring: usize,
 }
 
 impl Default for BucketOptions {
@@ -92,6 +98,7 @@ impl Default for BucketOptions {
             compact_every: Duration::from_secs(10),
             on_committed: None,
             seed: rand::random(),
+            change_ring: 0,
         }
     }
 }
@@ -105,6 +112,7 @@ impl fmt::Debug for BucketOptions {
             .field("max_documents", &self.max_documents)
             .field("compaction", &self.compaction)
             .field("compact_every", &self.compact_every)
+            .field("change_ring", &self.change_ring)
             .finish_non_exhaustive()
     }
 }
@@ -320,6 +328,9 @@ struct Inner {
     read_only: bool,
     closed: AtomicBool,
     compaction: Option<Compaction>,
+    hub: Option<Arc<ChangeHub>>,
+    /// Stops the change feed.
+    feed: CancellationToken,
 }
 
 impl Drop for Inner {
@@ -328,6 +339,7 @@ impl Drop for Inner {
         if let Some(compaction) = &self.compaction {
             compaction.stop.cancel();
         }
+        self.feed.cancel();
     }
 }
 
@@ -415,8 +427,23 @@ impl BucketStore {
             (Some(policy), false) => Some(start_compactor(replica, policy.clone(), &options)),
             _ => None,
         };
+        let feed = CancellationToken::new();
+        let hub = match &shared.committer {
+            Some(committer) if options.change_ring > 0 => {
+                let hub = Arc::new(ChangeHub::new(
+                    world.to_string(),
+                    shared.served().state.sequence(),
+                    options.change_ring,
+                ));
+                start_feed(&shared, committer, hub.clone(), feed.clone());
+                Some(hub)
+            }
+            _ => None,
+        };
         Ok(BucketStore {
             inner: Arc::new(Inner {
+                hub,
+                feed,
                 source: Arc::new(BucketSource(shared.clone())),
                 shared,
                 world,
@@ -545,6 +572,51 @@ impl BucketStore {
     }
 }
 
+/// Publishes the entries of every slot the committer installs, read back from the bucket.
+/// A slot that cannot be read is skipped (watchers resync) rather than stalling the feed.
+fn start_feed(
+    shared: &Arc<Shared>,
+    committer: &Committer,
+    hub: Arc<ChangeHub>,
+    stop: CancellationToken,
+) {
+    let mut states = committer.subscribe();
+    let blobs = shared.blobs.clone();
+    let prefix = shared.prefix.clone();
+    let mut fed = hub.head();
+    tokio::spawn(async move {
+        loop {
+            let target = states.borrow_and_update().sequence();
+            while fed < target {
+                match tip::read_slot(blobs.as_ref(), &prefix, fed + 1).await {
+                    Ok(Some(slot)) => {
+                        for (i, entry) in slot.slot.entries.iter().enumerate() {
+                            hub.publish(ChangeEvent {
+                                sequence: slot.slot.first + i as u64,
+                                path: entry.path.clone(),
+                                version: entry.current,
+                                body_hash: entry.body_hash,
+                                op: entry.op,
+                                agent: entry.agent.clone(),
+                            });
+                        }
+                        fed = slot.slot.last();
+                    }
+                    outcome => {
+                        tracing::warn!(sequence = fed + 1, ?outcome, "change feed skipped slots");
+                        hub.skip(target);
+                        fed = target;
+                    }
+                }
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = states.changed() => if changed.is_err() { return },
+            }
+        }
+    });
+}
+
 fn start_compactor(replica: Replica, policy: Policy, options: &BucketOptions) -> Compaction {
     let stop = CancellationToken::new();
     let (done_tx, done) = oneshot::channel();
@@ -661,12 +733,16 @@ impl Store for BucketStore {
             // Lets a slot being created finish.
             committer.close().await;
         }
+        inner.feed.cancel();
+        if let Some(hub) = &inner.hub {
+            hub.close();
+        }
     }
 }
 
 impl ChangeSource for BucketStore {
     fn changes(&self) -> Option<Arc<ChangeHub>> {
-        None
+        self.inner.hub.clone()
     }
 }
 

@@ -231,3 +231,55 @@ async fn stores_opening_an_empty_prefix_at_once_create_one_world() {
         store.close().await;
     }
 }
+
+#[tokio::test]
+async fn the_change_hub_carries_own_and_peer_commits_and_closes_with_the_store() {
+    use quire_backend::{ArchiveRequest, ChangeSource};
+    use quire_log::EntryOp;
+
+    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let store = BucketStore::open(
+        blobs.clone(),
+        BucketOptions {
+            change_ring: 16,
+            ..options("c/")
+        },
+    )
+    .await
+    .unwrap();
+    let hub = store.changes().expect("a change hub");
+    assert_eq!(hub.epoch(), store.world().to_string());
+    let start = hub.head();
+    publish(&store, "/a.md", "one").await;
+    publish(&store, "/a.md", "two").await;
+    store
+        .set_archived(&Ctx::new(), ArchiveRequest::new("/a.md", true))
+        .await
+        .unwrap();
+    let peer = BucketStore::open(blobs.clone(), options("c/"))
+        .await
+        .unwrap();
+    assert!(peer.changes().is_none(), "no hub without a ring");
+    publish(&peer, "/p.md", "from a peer").await;
+    // The exact read makes the store learn of the peer's slot.
+    assert_eq!(content(&store, "/p.md", 0).await, "from a peer");
+    let mut head = hub.watch_head();
+    head.wait_for(|h| *h >= start + 4).await.unwrap();
+    let events = hub.since(start).unwrap();
+    let seen: Vec<(String, u64, EntryOp)> = events
+        .iter()
+        .map(|e| (e.path.to_string(), e.version, e.op))
+        .collect();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen[0].0, "/a.md");
+    assert_eq!((seen[1].1, seen[3].0.as_str()), (2, "/p.md"));
+    assert_ne!(
+        seen[2].2, seen[1].2,
+        "the archive is its own kind of change"
+    );
+    let sequences: Vec<u64> = events.iter().map(|e| e.sequence).collect();
+    assert_eq!(sequences, [start + 1, start + 2, start + 3, start + 4]);
+    store.close().await;
+    assert!(hub.is_closed());
+    peer.close().await;
+}

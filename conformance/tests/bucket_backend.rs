@@ -40,6 +40,7 @@ impl BucketFactory {
             clock,
             compaction: None,
             seed: n,
+            change_ring: 64,
             ..BucketOptions::default()
         }
     }
