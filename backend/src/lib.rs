@@ -12,6 +12,7 @@
 //! | [`types`] | documents, versions, listing options, write and archive requests |
 //! | [`changes`] | the change hub WATCH reads |
 //! | [`snapshot`] | reads of a pinned snapshot of the log's world model, shared by backends |
+//! | [`bucket`] | the bucket store: blob + log + checkpoints + catalog over any blob store |
 //! | [`file`](mod@file) | the file store: a directory of markdown files with `versions/` beside them |
 //!
 //! # The world model is the log's
@@ -22,6 +23,7 @@
 //! backend builds writes with `quire_log::build`, so publish semantics (conflicts, no-ops,
 //! retention, append merging, quota) cannot drift between backends.
 
+pub mod bucket;
 pub mod changes;
 pub mod contract;
 mod ctx;

@@ -533,6 +533,21 @@ impl WorldState {
         Ok(())
     }
 
+    /// The paths whose document differs between this state and `newer` (added, changed or
+    /// gone). Subtrees the two states share are skipped, so a state a few slots ahead costs
+    /// little more than its changes.
+    pub fn changed_paths(&self, newer: &WorldState) -> Vec<DocPath> {
+        self.docs
+            .diff(&newer.docs)
+            .map(|item| match item {
+                imbl::ordmap::DiffItem::Add(path, _) | imbl::ordmap::DiffItem::Remove(path, _) => {
+                    path.clone()
+                }
+                imbl::ordmap::DiffItem::Update { new: (path, _), .. } => path.clone(),
+            })
+            .collect()
+    }
+
     /// Checks that the state's derived indexes match its documents (a self-test for replay
     /// and checkpoint restore; O(documents)).
     pub fn check_indexes(&self) -> Result<()> {

@@ -1,0 +1,760 @@
+//! The bucket store: a world whose only durable state is objects under one key prefix of any
+//! [`BlobStore`], composed of the log (slots and the group committer), checkpoints (cold
+//! start, the compactor) and the catalog carried by each [`Snapshot`].
+//!
+//! - **World creation.** A writable open of an empty prefix creates a world: checkpoint
+//!   zero first, the marker last, so a marker always has a checkpoint. A prefix holding
+//!   objects but no marker, another world's marker (when [`BucketOptions::world`] names
+//!   one) or a damaged marker is refused. Stores opening one empty prefix at once with the
+//!   same [`BucketOptions::world`] write identical genesis objects and all join it; with
+//!   different (or random) ids, one wins and the others are refused.
+//! - **Read-only opens never write**: no genesis, no committer, no compactor; writes answer
+//!   [`ErrorKind::ReadOnly`].
+//! - **Freshness.** Exact reads probe the log's next slot (and replay what they find) before
+//!   pinning; catalog reads reuse the served state while a probe that started less than
+//!   [`SEARCH_FRESHNESS`] ago confirmed it; this store's acknowledged writes are in the
+//!   served state before they are answered, so both classes see them at once. Each new
+//!   snapshot is the previous one advanced by the documents that changed, so the catalog is
+//!   carried forward, never rebuilt.
+//! - **Peer hints.** [`Follower::follow`] passes the hint to the committer (turn-taking with
+//!   contending stores) and, when it is beyond the served state, makes the next catalog read
+//!   probe the log instead of reusing the served state.
+//! - **The compactor** runs in the background on its own replica of the world (it replays
+//!   the slots it has not seen from the bucket), writes checkpoints when due by
+//!   [`BucketOptions::compaction`] (the policy reads time from the injected clock), adopts
+//!   peers' checkpoints and drops old ones. [`Store::close`] stops it.
+//! - **Changes.** With [`BucketOptions::change_ring`] > 0 a writable store feeds a
+//!   [`ChangeHub`] from the log: every slot its committer installs (its own, and peers' it
+//!   learned of) is read back and its entries published. The epoch is the world id, since
+//!   sequences are the log's own: WATCH resumes across restarts and replicas.
+//! - **The `committed` hook** ([`BucketOptions::on_committed`]) sees every sequence this
+//!   store's committer learned the log reached: a server forwards them to peers as hints.
+//!
+//! Served snapshots keep the history of documents loaded from a checkpoint in its history
+//! blocks; [`SnapshotSource::records`] reads them when a view asks for old versions.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use quire_blob::BlobStore;
+use quire_checkpoint::format::DEFAULT_WIDTHS;
+use quire_checkpoint::{Compactor, OpenOptions, Policy, Replica, Step};
+use quire_log::build::{Mutation, PreparedWrite};
+use quire_log::commit::{self, CommittedHook, Committer, CommitterConfig};
+use quire_log::{
+    Clock, DocPath, DocState, Location, StoreId, SystemClock, VersionRecord, WorldId, WorldState,
+    keys, tip,
+};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::changes::{ChangeEvent, ChangeHub};
+use crate::contract::{ChangeSource, Follower, Precondition, ReadView, SEARCH_FRESHNESS, Store};
+use crate::ctx::Ctx;
+use crate::error::{Error, ErrorKind, Op, Result};
+use crate::snapshot::{Freshness, LogPrecondition, Snapshot, SnapshotSource, SnapshotView};
+use crate::types::{ArchiveRequest, ArchiveResult, Document, Prune, WriteRequest};
+
+/// How a bucket store behaves. [`Default`] gives production values.
+#[derive(Clone)]
+pub struct BucketOptions {
+    /// The world's key prefix (empty, or ending in `/`).
+    pub prefix: String,
+    /// The world expected under the prefix; another world's marker is refused. A writable
+    /// open of an empty prefix creates this world (a random one when `None`).
+    pub world: Option<WorldId>,
+    /// Where `modified` times and the compactor's ages come from.
+    pub clock: Arc<dyn Clock>,
+    /// Never write to the bucket; refuse every write.
+    pub read_only: bool,
+    /// The most distinct documents (0: unlimited).
+    pub max_documents: u64,
+    /// When checkpoints are written; `None` runs no compactor.
+    pub compaction: Option<Policy>,
+    /// How often the compactor looks (plus the policy's random delay).
+    pub compact_every: Duration,
+    /// Sees every sequence this store's committer learned the log reached.
+    pub on_committed: Option<CommittedHook>,
+    /// Seeds the committer's jitter and the compactor's delays.
+    pub seed: u64,
+    /// Events the change hub keeps (0, or a read-only store: no hub, WATCH unsupported).
+    pub change_ring: usize,
+}
+
+impl Default for BucketOptions {
+    fn default() -> Self {
+        BucketOptions {
+            prefix: String::new(),
+            world: None,
+            clock: Arc::new(SystemClock),
+            read_only: false,
+            max_documents: 0,
+            compaction: Some(Policy::default()),
+            compact_every: Duration::from_secs(10),
+            on_committed: None,
+            seed: rand::random(),
+            change_ring: 0,
+        }
+    }
+}
+
+impl fmt::Debug for BucketOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BucketOptions")
+            .field("prefix", &self.prefix)
+            .field("world", &self.world)
+            .field("read_only", &self.read_only)
+            .field("max_documents", &self.max_documents)
+            .field("compaction", &self.compaction)
+            .field("compact_every", &self.compact_every)
+            .field("change_ring", &self.change_ring)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The served snapshot and when a probe last confirmed it was the log's tip.
+#[derive(Debug)]
+struct Served {
+    snapshot: Arc<Snapshot>,
+    /// When the probe that confirmed the served state began; `None` after a peer hint
+    /// beyond it.
+    confirmed: Option<Instant>,
+}
+
+/// What views and writes share.
+struct Shared {
+    blobs: Arc<dyn BlobStore>,
+    prefix: String,
+    /// `None` for a read-only store.
+    committer: Option<Committer>,
+    served: Mutex<Served>,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("prefix", &self.prefix)
+            .field("sequence", &self.served().state.sequence())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Served> {
+        self.served.lock().expect("served lock poisoned")
+    }
+
+    fn served(&self) -> Arc<Snapshot> {
+        self.lock().snapshot.clone()
+    }
+
+    /// The newest state this store knows without reading the bucket.
+    fn known(&self) -> WorldState {
+        match &self.committer {
+            Some(committer) => committer.state(),
+            None => self.served().state.clone(),
+        }
+    }
+
+    /// Serves `state` if it is ahead (advancing the catalog by the changed documents) and
+    /// returns the served snapshot; `confirmed` marks a probe that began then.
+    fn install(&self, state: WorldState, confirmed: Option<Instant>) -> Arc<Snapshot> {
+        let mut served = self.lock();
+        if let Some(at) = confirmed
+            && served.confirmed.is_none_or(|old| old < at)
+            && state.sequence() >= served.snapshot.state.sequence()
+        {
+            served.confirmed = Some(at);
+        }
+        if state.sequence() > served.snapshot.state.sequence() {
+            let changed = served.snapshot.state.changed_paths(&state);
+            served.snapshot = Arc::new(served.snapshot.advance(state, &changed));
+        }
+        served.snapshot.clone()
+    }
+
+    /// Probes the log's tip and replays what it finds.
+    async fn refresh(&self) -> Result<Arc<Snapshot>> {
+        let started = Instant::now();
+        let state = match &self.committer {
+            Some(committer) => committer.refresh().await?,
+            None => {
+                let mut state = self.served().state.clone();
+                tip::catch_up(self.blobs.as_ref(), &self.prefix, &mut state).await?;
+                state
+            }
+        };
+        Ok(self.install(state, Some(started)))
+    }
+}
+
+fn from_checkpoint(op: Op, err: quire_checkpoint::Error) -> Error {
+    use quire_checkpoint::ErrorKind as C;
+    let kind = match err.kind() {
+        C::NotFound => ErrorKind::NotFound,
+        C::Storage => ErrorKind::Storage,
+        _ => ErrorKind::Integrity,
+    };
+    Error::new(op, err.key().to_owned(), kind, err.detail().to_owned()).with_source(err)
+}
+
+#[derive(Debug)]
+struct BucketSource(Arc<Shared>);
+
+#[async_trait]
+impl SnapshotSource for BucketSource {
+    async fn snapshot(&self, _ctx: &Ctx, freshness: Freshness) -> Result<Arc<Snapshot>> {
+        let shared = &self.0;
+        if freshness == Freshness::Catalog {
+            let fresh = shared
+                .lock()
+                .confirmed
+                .is_some_and(|at| at.elapsed() < SEARCH_FRESHNESS);
+            if fresh {
+                // Own writes are in the committer's state before they are answered.
+                return Ok(shared.install(shared.known(), None));
+            }
+        }
+        shared.refresh().await
+    }
+
+    /// The stored bytes as they are: the view checks them, so a damaged version reads as
+    /// what it holds (chain verification names the break).
+    async fn read_version(
+        &self,
+        _ctx: &Ctx,
+        path: &DocPath,
+        record: &VersionRecord,
+    ) -> Result<Bytes> {
+        let shared = &self.0;
+        let read = match record.location {
+            Location::Inline { slot, offset } => {
+                let key = keys::slot_key(&shared.prefix, slot);
+                shared
+                    .blobs
+                    .get_range(&key, offset..offset + record.size)
+                    .await
+            }
+            Location::Blob => {
+                let key = keys::blob_key(&shared.prefix, &record.hash);
+                shared.blobs.get(&key).await.map(|o| o.data)
+            }
+        };
+        read.map_err(|e| {
+            let kind = if e.is_not_found() {
+                ErrorKind::Integrity
+            } else {
+                ErrorKind::Storage
+            };
+            Error::new(
+                Op::Get,
+                path.as_str(),
+                kind,
+                format!("version {}: {e}", record.version),
+            )
+            .with_source(e)
+        })
+    }
+
+    async fn records(&self, _ctx: &Ctx, doc: &DocState) -> Result<Vec<VersionRecord>> {
+        let shared = &self.0;
+        quire_checkpoint::history::all_records(shared.blobs.as_ref(), &shared.prefix, doc)
+            .await
+            .map_err(|e| from_checkpoint(Op::Versions, e))
+    }
+
+    async fn record(&self, _ctx: &Ctx, doc: &DocState, version: u64) -> Result<VersionRecord> {
+        let shared = &self.0;
+        quire_checkpoint::history::version_record(
+            shared.blobs.as_ref(),
+            &shared.prefix,
+            doc,
+            version,
+        )
+        .await
+        .map_err(|e| from_checkpoint(Op::Get, e))?
+        .ok_or_else(|| {
+            Error::new(
+                Op::Get,
+                doc.path.as_str(),
+                ErrorKind::Integrity,
+                format!("no record of retained version {version}"),
+            )
+        })
+    }
+}
+
+/// Runs the caller's precondition (if any) and keeps the write it last passed: the body and
+/// metadata the answer shows (for an append, the joined body).
+#[derive(Debug)]
+struct Capture {
+    inner: Option<LogPrecondition>,
+    passed: Mutex<Option<PreparedWrite>>,
+}
+
+#[async_trait]
+impl commit::Precondition for Capture {
+    async fn check(&self, state: &WorldState, write: &PreparedWrite) -> quire_log::Result<()> {
+        if let Some(inner) = &self.inner {
+            inner.check(state, write).await?;
+        }
+        *self.passed.lock().expect("capture lock poisoned") = Some(write.clone());
+        Ok(())
+    }
+}
+
+/// The background compactor and how to stop it.
+struct Compaction {
+    stop: CancellationToken,
+    done: Mutex<Option<oneshot::Receiver<()>>>,
+    steps: watch::Receiver<Option<Step>>,
+}
+
+/// A world in a bucket. Cheap to clone; clones share the store.
+#[derive(Clone)]
+pub struct BucketStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    source: Arc<BucketSource>,
+    world: WorldId,
+    read_only: bool,
+    closed: AtomicBool,
+    compaction: Option<Compaction>,
+    hub: Option<Arc<ChangeHub>>,
+    /// Stops the change feed.
+    feed: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A store dropped without close still stops its compactor.
+        if let Some(compaction) = &self.compaction {
+            compaction.stop.cancel();
+        }
+        self.feed.cancel();
+    }
+}
+
+impl fmt::Debug for BucketStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BucketStore")
+            .field("prefix", &self.inner.shared.prefix)
+            .field("world", &self.inner.world)
+            .field("read_only", &self.inner.read_only)
+            .finish()
+    }
+}
+
+fn open_error(prefix: &str, kind: ErrorKind, detail: impl Into<String>) -> Error {
+    Error::new(Op::Open, keys::marker_key(prefix), kind, detail)
+}
+
+impl BucketStore {
+    /// Opens the world under `options.prefix` of `blobs`: cold start from the newest
+    /// checkpoint and replay of the log after it. A writable open of an empty prefix creates
+    /// the world first; a read-only open of one is not found.
+    pub async fn open(blobs: Arc<dyn BlobStore>, options: BucketOptions) -> Result<BucketStore> {
+        let prefix = options.prefix.clone();
+        let marker = keys::marker_key(&prefix);
+        if !options.read_only {
+            match blobs.head(&marker).await {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {
+                    let world = options
+                        .world
+                        .unwrap_or_else(|| WorldId::random(&mut rand::rng()));
+                    let created = quire_checkpoint::genesis::create_world(
+                        blobs.as_ref(),
+                        &prefix,
+                        world,
+                        DEFAULT_WIDTHS,
+                    )
+                    .await;
+                    // A store opening the same empty prefix at once may have won; its
+                    // world is checked against `options.world` below.
+                    if let Err(e) = created
+                        && blobs.head(&marker).await.is_err()
+                    {
+                        return Err(from_checkpoint(Op::Open, e));
+                    }
+                }
+                Err(e) => {
+                    return Err(
+                        open_error(&prefix, ErrorKind::Storage, e.to_string()).with_source(e)
+                    );
+                }
+            }
+        }
+        let open = OpenOptions {
+            world: options.world,
+            clock: options.clock.clone(),
+            ..OpenOptions::default()
+        };
+        let replica = Replica::open(blobs.clone(), &prefix, &open)
+            .await
+            .map_err(|e| from_checkpoint(Op::Open, e))?;
+        let state = replica.state().clone();
+        let world = state.world();
+        let committer = (!options.read_only).then(|| {
+            let config = CommitterConfig {
+                prefix: prefix.clone(),
+                store: StoreId::random(&mut rand::rng()),
+                max_documents: options.max_documents,
+                seed: options.seed,
+                on_committed: options.on_committed.clone(),
+                ..CommitterConfig::default()
+            };
+            Committer::start(blobs.clone(), state.clone(), options.clock.clone(), config)
+        });
+        let shared = Arc::new(Shared {
+            blobs,
+            prefix,
+            committer,
+            served: Mutex::new(Served {
+                snapshot: Arc::new(Snapshot::new(state)),
+                confirmed: Some(Instant::now()),
+            }),
+        });
+        let compaction = match (&options.compaction, options.read_only) {
+            (Some(policy), false) => Some(start_compactor(replica, policy.clone(), &options)),
+            _ => None,
+        };
+        let feed = CancellationToken::new();
+        let hub = match &shared.committer {
+            Some(committer) if options.change_ring > 0 => {
+                let hub = Arc::new(ChangeHub::new(
+                    world.to_string(),
+                    shared.served().state.sequence(),
+                    options.change_ring,
+                ));
+                start_feed(&shared, committer, hub.clone(), feed.clone());
+                Some(hub)
+            }
+            _ => None,
+        };
+        Ok(BucketStore {
+            inner: Arc::new(Inner {
+                hub,
+                feed,
+                source: Arc::new(BucketSource(shared.clone())),
+                shared,
+                world,
+                read_only: options.read_only,
+                closed: AtomicBool::new(false),
+                compaction,
+            }),
+        })
+    }
+
+    pub fn world(&self) -> WorldId {
+        self.inner.world
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.inner.shared.prefix
+    }
+
+    /// The record of version `version` of `path` in the log's tip state: where its bytes
+    /// live and what they hash to (for tools that inspect a bucket).
+    pub async fn version_record(
+        &self,
+        ctx: &Ctx,
+        path: &DocPath,
+        version: u64,
+    ) -> Result<VersionRecord> {
+        let snapshot = self.inner.shared.refresh().await?;
+        let doc = snapshot.state.doc(path).cloned().ok_or_else(|| {
+            Error::new(
+                Op::Get,
+                path.as_str(),
+                ErrorKind::NotFound,
+                "no such document",
+            )
+        })?;
+        self.inner.source.record(ctx, &doc, version).await
+    }
+
+    /// Each step the background compactor finished (`None` before the first); `None` when
+    /// no compactor runs.
+    pub fn compaction_steps(&self) -> Option<watch::Receiver<Option<Step>>> {
+        self.inner.compaction.as_ref().map(|c| c.steps.clone())
+    }
+
+    async fn write(
+        &self,
+        ctx: &Ctx,
+        mutation: Mutation,
+        precondition: Option<Arc<dyn Precondition>>,
+    ) -> Result<(commit::Outcome, Option<PreparedWrite>)> {
+        let op = match &mutation {
+            Mutation::Publish { .. } => Op::Publish,
+            Mutation::Append { .. } => Op::Append,
+            Mutation::SetArchived { .. } => Op::Archive,
+        };
+        let key = mutation.raw_path().to_owned();
+        ctx.check(op, &key)?;
+        let inner = &self.inner;
+        let Some(committer) = inner.shared.committer.as_ref().filter(|_| !inner.read_only) else {
+            return Err(Error::new(
+                op,
+                key,
+                ErrorKind::ReadOnly,
+                "the store is read-only",
+            ));
+        };
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(Error::new(
+                op,
+                key,
+                ErrorKind::Closed,
+                "the store is closed",
+            ));
+        }
+        let capture = Arc::new(Capture {
+            inner: precondition.map(|p| LogPrecondition::new(p, inner.source.clone(), ctx.clone())),
+            passed: Mutex::new(None),
+        });
+        let mut request = commit::WriteRequest::new(mutation);
+        // The committer judges the deadline: still queued → canceled, nothing stored; being
+        // committed → outcome unknown. A submitted write is never abandoned half-way, so a
+        // cancellation after this point does not cut it short.
+        request.deadline = ctx.deadline();
+        request.precondition = Some(capture.clone());
+        ctx.check(op, &key)?;
+        let outcome = committer.submit(request).await.map_err(Error::from)?;
+        let passed = capture.passed.lock().expect("capture lock poisoned").take();
+        Ok((outcome, passed))
+    }
+
+    async fn written(
+        &self,
+        ctx: &Ctx,
+        op: Op,
+        mutation: Mutation,
+        precondition: Option<Arc<dyn Precondition>>,
+        unchanged: &str,
+    ) -> Result<Document> {
+        let (outcome, passed) = self.write(ctx, mutation, precondition).await?;
+        let doc = outcome.doc;
+        if !outcome.changed {
+            return Err(
+                Error::new(op, doc.path.as_str(), ErrorKind::NotModified, unchanged)
+                    .with_current(doc),
+            );
+        }
+        let Some((content, metadata)) = passed.and_then(|p| p.content) else {
+            return Err(Error::new(
+                op,
+                doc.path.as_str(),
+                ErrorKind::Integrity,
+                "the committed write carried no content",
+            ));
+        };
+        Ok(Document {
+            path: doc.path,
+            content,
+            metadata: (!metadata.is_empty()).then_some(metadata),
+            version: doc.version,
+            modified: doc.modified,
+            archived: doc.archived,
+            etag: doc.etag,
+            content_hash: doc.body_hash,
+            prune: outcome.prune.map(|(from, to)| Prune { from, to }),
+        })
+    }
+}
+
+/// Publishes the entries of every slot the committer installs, read back from the bucket.
+/// A slot that cannot be read is skipped (watchers resync) rather than stalling the feed.
+fn start_feed(
+    shared: &Arc<Shared>,
+    committer: &Committer,
+    hub: Arc<ChangeHub>,
+    stop: CancellationToken,
+) {
+    let mut states = committer.subscribe();
+    let blobs = shared.blobs.clone();
+    let prefix = shared.prefix.clone();
+    let mut fed = hub.head();
+    tokio::spawn(async move {
+        loop {
+            let target = states.borrow_and_update().sequence();
+            while fed < target {
+                match tip::read_slot(blobs.as_ref(), &prefix, fed + 1).await {
+                    Ok(Some(slot)) => {
+                        for (i, entry) in slot.slot.entries.iter().enumerate() {
+                            hub.publish(ChangeEvent {
+                                sequence: slot.slot.first + i as u64,
+                                path: entry.path.clone(),
+                                version: entry.current,
+                                body_hash: entry.body_hash,
+                                op: entry.op,
+                                agent: entry.agent.clone(),
+                            });
+                        }
+                        fed = slot.slot.last();
+                    }
+                    outcome => {
+                        tracing::warn!(sequence = fed + 1, ?outcome, "change feed skipped slots");
+                        hub.skip(target);
+                        fed = target;
+                    }
+                }
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = states.changed() => if changed.is_err() { return },
+            }
+        }
+    });
+}
+
+fn start_compactor(replica: Replica, policy: Policy, options: &BucketOptions) -> Compaction {
+    let stop = CancellationToken::new();
+    let (done_tx, done) = oneshot::channel();
+    let (steps_tx, steps) = watch::channel(None);
+    let compactor = Compactor::new(policy, options.clock.clone(), options.seed);
+    let every = options.compact_every;
+    let token = stop.clone();
+    tokio::spawn(async move {
+        compact(replica, compactor, every, token, steps_tx).await;
+        let _ = done_tx.send(());
+    });
+    Compaction {
+        stop,
+        done: Mutex::new(Some(done)),
+        steps,
+    }
+}
+
+/// The compactor's loop: wait, replay what the log gained, step; until stopped. A step cut
+/// short by the stop costs only what it wrote (an unfinished checkpoint is never named).
+async fn compact(
+    mut replica: Replica,
+    mut compactor: Compactor,
+    every: Duration,
+    stop: CancellationToken,
+    steps: watch::Sender<Option<Step>>,
+) {
+    loop {
+        let pause = every + compactor.delay();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        let step = async {
+            replica.catch_up().await?;
+            compactor.step(&mut replica).await
+        };
+        tokio::select! {
+            () = stop.cancelled() => return,
+            result = step => match result {
+                Ok(step) => {
+                    steps.send_replace(Some(step));
+                }
+                Err(e) => tracing::warn!(error = %e, "compaction step failed"),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl Store for BucketStore {
+    async fn open_view(&self, ctx: &Ctx) -> Result<Box<dyn ReadView>> {
+        ctx.check(Op::OpenView, "")?;
+        Ok(Box::new(SnapshotView::new(self.inner.source.clone())))
+    }
+
+    async fn publish(&self, ctx: &Ctx, request: WriteRequest) -> Result<Document> {
+        let mutation = Mutation::Publish {
+            path: request.path,
+            expected: request.expected_version,
+            body: request.content,
+            metadata: request.metadata,
+        };
+        self.written(
+            ctx,
+            Op::Publish,
+            mutation,
+            request.precondition,
+            "the body and metadata equal the current version",
+        )
+        .await
+    }
+
+    async fn append(&self, ctx: &Ctx, request: WriteRequest) -> Result<Document> {
+        let mutation = Mutation::Append {
+            path: request.path,
+            expected: request.expected_version.unwrap_or(0),
+            body: request.content,
+            metadata: request.metadata,
+        };
+        self.written(
+            ctx,
+            Op::Append,
+            mutation,
+            request.precondition,
+            "nothing to append",
+        )
+        .await
+    }
+
+    async fn set_archived(&self, ctx: &Ctx, request: ArchiveRequest) -> Result<ArchiveResult> {
+        let mutation = Mutation::SetArchived {
+            path: request.path,
+            archived: request.archived,
+        };
+        let (outcome, _) = self.write(ctx, mutation, request.precondition).await?;
+        Ok(ArchiveResult {
+            document: outcome.doc,
+            changed: outcome.changed,
+        })
+    }
+
+    async fn close(&self) {
+        let inner = &self.inner;
+        inner.closed.store(true, Ordering::Release);
+        if let Some(compaction) = &inner.compaction {
+            compaction.stop.cancel();
+            let done = compaction.done.lock().expect("done lock poisoned").take();
+            if let Some(done) = done {
+                let _ = done.await;
+            }
+        }
+        if let Some(committer) = &inner.shared.committer {
+            // Lets a slot being created finish.
+            committer.close().await;
+        }
+        inner.feed.cancel();
+        if let Some(hub) = &inner.hub {
+            hub.close();
+        }
+    }
+}
+
+impl ChangeSource for BucketStore {
+    fn changes(&self) -> Option<Arc<ChangeHub>> {
+        self.inner.hub.clone()
+    }
+}
+
+impl Follower for BucketStore {
+    fn follow(&self, sequence: u64) {
+        let shared = &self.inner.shared;
+        if let Some(committer) = &shared.committer {
+            committer.follow(sequence);
+        }
+        let mut served = shared.lock();
+        if sequence > served.snapshot.state.sequence() {
+            served.confirmed = None;
+        }
+    }
+}

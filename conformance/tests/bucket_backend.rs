@@ -1,0 +1,305 @@
+//! The backend suites on the bucket store, over the in-memory and the file blob drivers:
+//! document store, catalog, replica (several bucket stores over one shared bucket) and the
+//! differential suite against the file store. Also: a prefix holding foreign objects is
+//! refused, and a read-only open writes nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use quire_backend::bucket::{BucketOptions, BucketStore};
+use quire_backend::{Ctx, ErrorKind, Store, WriteRequest};
+use quire_blob::memory::MemoryStore;
+use quire_blob::{BlobStore, Metered};
+use quire_conformance::{
+    BackendFactory, DifferentialPlan, Direct, FileFactory, ReplicaFactory, ReplicaLoad,
+    ReplicaWorld, SUITE_EPOCH, Site, Tamper, catalog_case_names, replica_case_names,
+    run_catalog_suite, run_differential, run_replica_suite, run_store_suite, store_case_names,
+};
+use quire_log::{Clock, DocPath, Location, ManualClock, keys};
+
+/// Worlds under fresh prefixes of one bucket.
+struct BucketFactory {
+    blobs: Arc<dyn BlobStore>,
+    next: AtomicU64,
+}
+
+impl BucketFactory {
+    fn new(blobs: Arc<dyn BlobStore>) -> BucketFactory {
+        BucketFactory {
+            blobs,
+            next: AtomicU64::new(0),
+        }
+    }
+
+    fn options(&self, clock: Arc<dyn Clock>) -> BucketOptions {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        BucketOptions {
+            prefix: format!("world-{n}/"),
+            clock,
+            compaction: None,
+            seed: n,
+            change_ring: 64,
+            ..BucketOptions::default()
+        }
+    }
+}
+
+/// Overwrites one version's bytes where the store keeps them: inside its slot (the same
+/// length, so the slot still reads) or its blob.
+fn bucket_tamper(store: BucketStore, blobs: Arc<dyn BlobStore>) -> Tamper {
+    Arc::new(move |path: DocPath, version, bytes: Bytes| {
+        let store = store.clone();
+        let blobs = blobs.clone();
+        Box::pin(async move {
+            let record = store
+                .version_record(&Ctx::new(), &path, version)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (key, data) = match record.location {
+                Location::Inline { slot, offset } => {
+                    let key = keys::slot_key(store.prefix(), slot);
+                    let object = blobs.get(&key).await.map_err(|e| e.to_string())?;
+                    let mut data = object.data.to_vec();
+                    let range = offset as usize..(offset + record.size) as usize;
+                    let mut forged = bytes.to_vec();
+                    forged.resize(record.size as usize, b' ');
+                    data[range].copy_from_slice(&forged);
+                    (key, (data, object.attributes.generation))
+                }
+                Location::Blob => {
+                    let key = keys::blob_key(store.prefix(), &record.hash);
+                    let attributes = blobs.head(&key).await.map_err(|e| e.to_string())?;
+                    (key, (bytes.to_vec(), attributes.generation))
+                }
+            };
+            let (data, generation) = data;
+            blobs
+                .replace(&key, &generation, Bytes::from(data))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("tampering with {key}: {e}"))
+        })
+    })
+}
+
+#[async_trait]
+impl BackendFactory for BucketFactory {
+    async fn open(&self, clock: Arc<dyn Clock>) -> Result<Site, String> {
+        let store = BucketStore::open(self.blobs.clone(), self.options(clock))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Site {
+            tamper: Some(bucket_tamper(store.clone(), self.blobs.clone())),
+            store: Arc::new(store),
+        })
+    }
+}
+
+/// Real replicas: every call opens another bucket store over the same prefix.
+struct BucketWorld {
+    blobs: Arc<dyn BlobStore>,
+    options: BucketOptions,
+    joined: AtomicU64,
+}
+
+#[async_trait]
+impl ReplicaWorld for BucketWorld {
+    async fn replica(&self) -> Result<Arc<dyn Store>, String> {
+        let mut options = self.options.clone();
+        options.seed += 1000 * self.joined.fetch_add(1, Ordering::Relaxed);
+        let store = BucketStore::open(self.blobs.clone(), options)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new(store))
+    }
+}
+
+#[async_trait]
+impl ReplicaFactory for BucketFactory {
+    async fn open_world(&self, clock: Arc<dyn Clock>) -> Result<Box<dyn ReplicaWorld>, String> {
+        let options = self.options(clock);
+        // The first replica creates the world; the others join it.
+        let first = BucketStore::open(self.blobs.clone(), options.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        first.close().await;
+        Ok(Box::new(BucketWorld {
+            blobs: self.blobs.clone(),
+            options: BucketOptions {
+                world: Some(first.world()),
+                ..options
+            },
+            joined: AtomicU64::new(0),
+        }))
+    }
+}
+
+fn memory() -> BucketFactory {
+    BucketFactory::new(Arc::new(MemoryStore::new()))
+}
+
+fn file_driver(dir: &tempfile::TempDir) -> BucketFactory {
+    let blobs = quire_blob::file::FileStore::open(dir.path().join("bucket")).unwrap();
+    BucketFactory::new(Arc::new(blobs))
+}
+
+async fn all_suites(factory: &BucketFactory) {
+    let store = run_store_suite(factory).await;
+    store.assert_passed();
+    assert_eq!(store.outcomes.len(), store_case_names().len());
+    let catalog = run_catalog_suite(factory).await;
+    catalog.assert_passed();
+    assert_eq!(catalog.outcomes.len(), catalog_case_names().len());
+    let replica = run_replica_suite(factory, ReplicaLoad::default()).await;
+    replica.assert_passed();
+    assert_eq!(replica.outcomes.len(), replica_case_names().len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bucket_store_on_memory_passes_the_backend_suites() {
+    all_suites(&memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bucket_store_on_the_file_driver_passes_the_backend_suites() {
+    let dir = tempfile::tempdir().unwrap();
+    all_suites(&file_driver(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bucket_store_on_memory_matches_the_file_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = FileFactory::new(dir.path(), false);
+    let plan = DifferentialPlan {
+        seeds: (1..=8).collect(),
+        ..DifferentialPlan::default()
+    };
+    let report = run_differential(&reference, &memory(), &plan).await;
+    report.assert_passed();
+    assert_eq!(report.outcomes.len(), plan.seeds.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bucket_store_on_the_file_driver_matches_the_file_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = FileFactory::new(dir.path().join("reference"), false);
+    let plan = DifferentialPlan {
+        seeds: (1..=4).collect(),
+        ..DifferentialPlan::default()
+    };
+    let report = run_differential(&reference, &file_driver(&dir), &plan).await;
+    report.assert_passed();
+    assert_eq!(report.outcomes.len(), plan.seeds.len());
+}
+
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(SUITE_EPOCH))
+}
+
+#[tokio::test]
+async fn a_prefix_holding_foreign_objects_is_refused() {
+    let blobs = Arc::new(MemoryStore::new());
+    blobs
+        .create("shared/notes.txt", Bytes::from_static(b"not a world"))
+        .await
+        .unwrap();
+    let options = BucketOptions {
+        prefix: "shared/".into(),
+        clock: clock(),
+        compaction: None,
+        ..BucketOptions::default()
+    };
+    let err = BucketStore::open(blobs.clone(), options.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity, "{err}");
+    assert!(err.to_string().contains("no world marker"), "{err}");
+    let listed = quire_blob::list_all(blobs.as_ref(), "", "").await.unwrap();
+    assert_eq!(listed.len(), 1, "the refused open wrote {listed:?}");
+
+    // Another world's marker is refused too.
+    let fresh = BucketOptions {
+        prefix: "other/".into(),
+        ..options
+    };
+    let first = BucketStore::open(blobs.clone(), fresh.clone())
+        .await
+        .unwrap();
+    first.close().await;
+    let mut elsewhere = fresh;
+    elsewhere.world = Some(quire_log::WorldId([9; 16]));
+    let err = BucketStore::open(blobs, elsewhere).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity, "{err}");
+}
+
+#[tokio::test]
+async fn a_read_only_open_writes_nothing() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let options = BucketOptions {
+        prefix: "ro/".into(),
+        clock: clock(),
+        compaction: None,
+        ..BucketOptions::default()
+    };
+    let writer = BucketStore::open(memory.clone(), options.clone())
+        .await
+        .unwrap();
+    let direct = Direct::new(Arc::new(writer.clone()));
+    direct.write("/a.md", None, "one", &[]).await.unwrap();
+    direct.write("/a.md", None, "two", &[]).await.unwrap();
+
+    let metered = Arc::new(Metered::new(memory.clone()));
+    let readonly = BucketStore::open(
+        metered.clone(),
+        BucketOptions {
+            read_only: true,
+            ..options.clone()
+        },
+    )
+    .await
+    .unwrap();
+    let reader = Direct::new(Arc::new(readonly.clone()));
+    assert_eq!(reader.get("/a.md", 0).await.unwrap().content, "two");
+    // A write on the writer is seen by the reader's next exact read.
+    direct.write("/a.md", None, "three", &[]).await.unwrap();
+    assert_eq!(reader.get("/a.md", 0).await.unwrap().content, "three");
+    assert_eq!(reader.versions("/a.md").await.unwrap().len(), 3);
+    let refused = readonly
+        .publish(&Ctx::new(), WriteRequest::new("/b.md", "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::ReadOnly);
+    readonly.close().await;
+    let reading = metered.reading();
+    let writes: u64 = [
+        quire_blob::Op::Create,
+        quire_blob::Op::Replace,
+        quire_blob::Op::Delete,
+    ]
+    .into_iter()
+    .map(|op| reading.requests(op))
+    .sum();
+    assert!(reading.total_requests() > 0, "the reader read nothing");
+    assert_eq!(writes, 0, "a read-only store wrote: {reading:?}");
+
+    // A read-only open of an empty prefix finds no world and creates none.
+    let empty = BucketStore::open(
+        metered.clone(),
+        BucketOptions {
+            prefix: "empty/".into(),
+            read_only: true,
+            ..options
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(empty.kind(), ErrorKind::NotFound, "{empty}");
+    assert!(
+        quire_blob::list_all(memory.as_ref(), "empty/", "")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
