@@ -1,19 +1,23 @@
-//! The one place that names concrete backends: the store factory the world manager opens
-//! every world with. Everything else sees worlds through `quire_backend::Store`.
+//! The one place that names concrete backends and blob drivers: the store factory the world
+//! manager opens every world with. Everything else sees worlds through `quire_backend::Store`.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use quire_backend::Store;
+use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::file::{FileOptions, FileStore};
+use quire_blob::BlobStore;
+use quire_blob::file::FileStore as FileBlobs;
+use quire_blob::gcs::{GcsAuth, GcsConfig, GcsStore};
+use quire_blob::memory::MemoryStore;
+use quire_blob::s3::{S3Config, S3Store};
 
-use crate::config::{BackendConfig, WorldConfig};
+use crate::config::{BackendConfig, BucketDriver, WorldConfig};
 use crate::worlds::{OpenError, StoreFactory};
 
-/// Whether this build can open bucket stores.
-pub const BUCKET_AVAILABLE: bool = false;
-
-/// Opens file stores (and bucket stores, when the build has them).
+/// Opens file stores and bucket stores over the memory, file, S3 and GCS drivers.
 #[derive(Debug, Default)]
 pub struct Backends;
 
@@ -21,6 +25,7 @@ pub struct Backends;
 impl StoreFactory for Backends {
     async fn open(&self, world: &WorldConfig) -> Result<Arc<dyn Store>, OpenError> {
         let name = world.name.as_str();
+        let fail = |error: &dyn std::fmt::Display| OpenError::new(name, error.to_string());
         match &world.backend {
             BackendConfig::File { root } => {
                 let options = FileOptions {
@@ -30,13 +35,92 @@ impl StoreFactory for Backends {
                 };
                 let store = FileStore::open(root.clone(), options)
                     .await
-                    .map_err(|error| OpenError::new(name, error.to_string()))?;
+                    .map_err(|error| fail(&error))?;
                 Ok(Arc::new(store))
             }
-            BackendConfig::Bucket { .. } => Err(OpenError::new(
-                name,
-                "bucket backend not available in this build",
-            )),
+            BackendConfig::Bucket { driver, world_id } => {
+                let expected = match world_id {
+                    None => None,
+                    Some(id) => Some(quire_log::WorldId::parse(id.as_str()).ok_or_else(|| {
+                        fail(&format!(
+                            "world_id {:?} is not a world id (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
+                            id.as_str()
+                        ))
+                    })?),
+                };
+                let (blobs, prefix) = blob_store(driver).await.map_err(|error| fail(&error))?;
+                let options = BucketOptions {
+                    prefix,
+                    world: expected,
+                    read_only: world.read_only,
+                    max_documents: world.max_documents.map_or(0, |n| n.get()),
+                    ..BucketOptions::default()
+                };
+                let store = BucketStore::open(blobs, options)
+                    .await
+                    .map_err(|error| fail(&error))?;
+                Ok(Arc::new(store))
+            }
         }
     }
+}
+
+/// The world's key prefix: empty, or ending in `/`.
+fn world_prefix(prefix: &Option<String>) -> String {
+    match prefix.as_deref() {
+        None | Some("") => String::new(),
+        Some(p) if p.ends_with('/') => p.to_owned(),
+        Some(p) => format!("{p}/"),
+    }
+}
+
+/// Builds the blob store a bucket world lives in, and the world's prefix inside it.
+async fn blob_store(driver: &BucketDriver) -> anyhow::Result<(Arc<dyn BlobStore>, String)> {
+    Ok(match driver {
+        BucketDriver::Memory => (Arc::new(MemoryStore::new()), String::new()),
+        BucketDriver::File { location, prefix } => {
+            let store = FileBlobs::open(location.clone())
+                .map_err(|e| anyhow::anyhow!("opening {}: {e}", location.display()))?;
+            (Arc::new(store), world_prefix(prefix))
+        }
+        BucketDriver::S3 {
+            bucket,
+            prefix,
+            endpoint,
+            region,
+        } => {
+            let config = S3Config {
+                endpoint: endpoint.clone(),
+                region: region.clone(),
+                // Custom endpoints (MinIO, SeaweedFS, …) rarely serve virtual-hosted names.
+                force_path_style: endpoint.is_some(),
+                ..S3Config::new(bucket)
+            };
+            let store = S3Store::from_env(config).await?;
+            (Arc::new(store), world_prefix(prefix))
+        }
+        BucketDriver::Gcs {
+            bucket,
+            prefix,
+            endpoint,
+        } => {
+            let mut config = GcsConfig::new(bucket, gcs_auth());
+            if let Some(endpoint) = endpoint {
+                config = config.with_endpoint(endpoint);
+            }
+            (Arc::new(GcsStore::new(config)?), world_prefix(prefix))
+        }
+    })
+}
+
+/// GCS credentials: `QUIRE_GCS_TOKEN` (a bearer token, e.g. for emulators), else the key file
+/// `GOOGLE_APPLICATION_CREDENTIALS` names, else the metadata server of the machine.
+fn gcs_auth() -> GcsAuth {
+    if let Ok(token) = std::env::var("QUIRE_GCS_TOKEN") {
+        return GcsAuth::StaticToken(token);
+    }
+    if let Ok(path) = std::env::var("GOOGLE_APPLICATION_CREDENTIALS") {
+        return GcsAuth::ServiceAccountKey(PathBuf::from(path));
+    }
+    GcsAuth::metadata_server()
 }

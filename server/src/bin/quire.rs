@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use quire_server::auth::{Operation, TokenEntrySpec, TokenSecret};
-use quire_server::config::{BackendConfig, BucketDriver, Config};
+use quire_server::config::Config;
 use quire_server::worlds::Worlds;
 use quire_server::{http, wiring};
 
@@ -215,24 +215,7 @@ async fn serve(
 ) -> anyhow::Result<ExitCode> {
     let mut config = match &config_path {
         Some(path) => Config::load(path)?,
-        None => {
-            let mut config = Config::embedded_default();
-            if !wiring::BUCKET_AVAILABLE {
-                // Without the bucket store, the default world lives in a plain directory.
-                for world in &mut config.worlds {
-                    if let BackendConfig::Bucket {
-                        driver: BucketDriver::File { location, .. },
-                        ..
-                    } = &world.backend
-                    {
-                        world.backend = BackendConfig::File {
-                            root: location.clone(),
-                        };
-                    }
-                }
-            }
-            config
-        }
+        None => Config::embedded_default(),
     };
     if let Some(address) = http_address {
         config.listen.http = address;

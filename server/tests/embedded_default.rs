@@ -1,0 +1,92 @@
+//! The embedded default configuration, opened through the real wiring: a bucket store on the
+//! file driver, served over HTTP on 127.0.0.1. Two servers over one bucket directory act as
+//! two replicas: a write acknowledged by one is seen at once by an exact read on the other.
+
+use std::sync::Arc;
+
+use quire_server::config::{BackendConfig, BucketDriver, Config};
+use quire_server::worlds::Worlds;
+use quire_server::{http, wiring};
+use reqwest::StatusCode;
+
+struct Replica {
+    base: String,
+    token: String,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Opens the embedded default with its bucket directory moved to `dir` and serves it.
+async fn replica(dir: &std::path::Path) -> Replica {
+    let mut config = Config::embedded_default();
+    for world in &mut config.worlds {
+        match &mut world.backend {
+            BackendConfig::Bucket {
+                driver: BucketDriver::File { location, .. },
+                ..
+            } => *location = dir.to_path_buf(),
+            other => {
+                panic!("the embedded default is a bucket store on the file driver, not {other:?}")
+            }
+        }
+    }
+    let (worlds, tokens) = Worlds::open(&config, &wiring::Backends).await.unwrap();
+    let token = tokens[0].secret.as_str().to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(http::serve(listener, Arc::new(worlds), async {
+        let _ = stopped.await;
+    }));
+    Replica {
+        base,
+        token,
+        _stop: stop,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_of_the_default_world_share_one_bucket_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = replica(dir.path()).await;
+    let second = replica(dir.path()).await;
+    let client = reqwest::Client::new();
+
+    let put = client
+        .put(format!("{}/notes/hello.md", first.base))
+        .bearer_auth(&first.token)
+        .body("# Hello\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::CREATED);
+
+    let read = client
+        .get(format!("{}/notes/hello.md", second.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), StatusCode::OK);
+    assert_eq!(read.text().await.unwrap(), "# Hello\n");
+
+    let update = client
+        .put(format!("{}/notes/hello.md", second.base))
+        .bearer_auth(&second.token)
+        .header("expected-version", "1")
+        .body("# Hello again\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(update.status(), StatusCode::CREATED);
+    assert_eq!(update.headers()["mark-version"].to_str().unwrap(), "2");
+    let versions = client
+        .get(format!("{}/notes/hello.md?versions", first.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(versions.status(), StatusCode::OK);
+    assert_eq!(
+        versions.headers()["mark-current"].to_str().unwrap(),
+        "2",
+        "the first replica sees the second's write at once"
+    );
+}
