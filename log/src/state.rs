@@ -26,7 +26,7 @@ use crate::error::{Error, ErrorKind, Op, Result};
 use crate::ids::{Hash, WorldId};
 use crate::marker::{GENESIS_SEQUENCE, genesis_tip};
 use crate::metadata;
-use crate::model::{DocState, HistoryBlockRef, VersionRecord};
+use crate::model::{DocState, HistoryBlockRef, RecentVersions, VersionRecord};
 use crate::path::{DocPath, is_hidden_name};
 use crate::slot::{EncodedSlot, Entry};
 
@@ -130,9 +130,26 @@ impl WorldState {
         world: WorldId,
         sequence: u64,
         tip: Hash,
-        mut docs: Vec<DocState>,
+        docs: Vec<DocState>,
     ) -> Result<WorldState> {
-        docs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        WorldState::restore_shared(
+            world,
+            sequence,
+            tip,
+            docs.into_iter().map(Arc::new).collect(),
+        )
+    }
+
+    /// [`WorldState::restore_bulk`] for documents already shared (so a loader that builds
+    /// them on several threads moves pointers, not documents). Runs of path-sorted documents
+    /// (one shard's, say) sort cheaply.
+    pub fn restore_shared(
+        world: WorldId,
+        sequence: u64,
+        tip: Hash,
+        mut docs: Vec<Arc<DocState>>,
+    ) -> Result<WorldState> {
+        docs.sort_by(|a, b| a.path.cmp(&b.path));
         if let Some(pair) = docs.windows(2).find(|p| p[0].path == p[1].path) {
             return Err(Error::integrity(
                 Op::Apply,
@@ -172,10 +189,16 @@ impl WorldState {
                 ));
             }
         }
+        // One shared string per directory, not one per child.
+        let mut dirs: std::collections::HashMap<&str, Arc<str>> = std::collections::HashMap::new();
         let mut children: Vec<(ChildKey, ChildCounts)> = counts
             .into_iter()
-            .map(|((d, n), c)| ((Arc::from(d), Arc::from(n)), c))
+            .map(|((d, n), c)| {
+                let dir = dirs.entry(d).or_insert_with(|| Arc::from(d)).clone();
+                ((dir, Arc::from(n)), c)
+            })
             .collect();
+        drop(dirs);
         drop(paths);
         let mut live: Vec<(Hash, DocPath)> = docs
             .iter()
@@ -190,10 +213,8 @@ impl WorldState {
                 let hashes: OrdSet<(Hash, DocPath)> = live.into_iter().collect();
                 (children, hashes)
             });
-            let docs_map: OrdMap<DocPath, Arc<DocState>> = docs
-                .into_iter()
-                .map(|d| (d.path.clone(), Arc::new(d)))
-                .collect();
+            let docs_map: OrdMap<DocPath, Arc<DocState>> =
+                docs.into_iter().map(|d| (d.path.clone(), d)).collect();
             (docs_map, side.join().expect("index builder panicked"))
         });
         Ok(WorldState {
@@ -373,7 +394,7 @@ impl WorldState {
                     catalog: Arc::new(write.catalog.clone()),
                     head: record.clone(),
                     history: Arc::from(Vec::<HistoryBlockRef>::new()),
-                    recent: imbl::vector![record],
+                    recent: RecentVersions::from_iter([record]),
                 });
                 Ok(())
             }
@@ -521,8 +542,6 @@ impl WorldState {
         }
         let mut doc = (**old).clone();
         doc.history = history;
-        // Rebuilt rather than retained: an emptied vector then holds no chunk (a one-record
-        // vector of version records allocates a whole 64-record chunk).
         doc.recent = doc
             .recent
             .iter()
