@@ -21,6 +21,7 @@
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
+use rustc_hash::FxHashMap;
 
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::ids::{Hash, WorldId};
@@ -75,6 +76,67 @@ impl PartialEq for WorldState {
             && self.children == other.children
             && self.hashes == other.hashes
     }
+}
+
+/// The directory counters of `docs` (path-sorted, no duplicates), refusing a document that
+/// lies beneath another.
+fn children_of(docs: &[Arc<DocState>]) -> Result<OrdMap<ChildKey, ChildCounts>> {
+    // A document's own edge is its alone; only directory edges (few) need counting in a
+    // map, and a document whose own edge is also a directory edge lies above another.
+    let mut dir_edges: FxHashMap<(&str, &str), ChildCounts> = FxHashMap::default();
+    let mut leaves: Vec<((&str, &str), ChildCounts)> = Vec::with_capacity(docs.len());
+    let mut edges: Vec<(&str, &str)> = Vec::new();
+    for doc in docs {
+        edges.clear();
+        edges.extend(doc.path.edges());
+        let last = edges.len() - 1;
+        // Visible from a depth down: no hidden name from there to the document.
+        let mut visible = true;
+        for (depth, &edge) in edges.iter().enumerate().rev() {
+            visible &= !is_hidden_name(edge.1);
+            let live = visible && !doc.archived;
+            if depth == last {
+                leaves.push((
+                    edge,
+                    ChildCounts {
+                        docs: 1,
+                        visible: u64::from(visible),
+                        live: u64::from(live),
+                        is_doc: true,
+                    },
+                ));
+            } else {
+                let c = dir_edges.entry(edge).or_default();
+                c.docs += 1;
+                c.visible += u64::from(visible);
+                c.live += u64::from(live);
+            }
+        }
+    }
+    if let Some(i) = leaves.iter().position(|(e, _)| dir_edges.contains_key(e)) {
+        let above = &docs[i].path;
+        let below = format!("{above}/");
+        let first_below = docs.partition_point(|d| d.path.as_str() < below.as_str());
+        let at = docs
+            .get(first_below)
+            .map_or(above.as_str(), |d| d.path.as_str());
+        return Err(Error::integrity(
+            Op::Apply,
+            at,
+            format!("{above} is a document"),
+        ));
+    }
+    // One shared string per directory, not one per child.
+    let mut dirs: FxHashMap<&str, Arc<str>> = FxHashMap::default();
+    let mut children: Vec<(ChildKey, ChildCounts)> =
+        Vec::with_capacity(leaves.len() + dir_edges.len());
+    for ((d, n), c) in dir_edges.into_iter().chain(leaves) {
+        let dir = dirs.entry(d).or_insert_with(|| Arc::from(d)).clone();
+        children.push(((dir, Arc::from(n)), c));
+    }
+    drop(dirs);
+    children.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(children.into_iter().collect())
 }
 
 fn hidden_below(path: &DocPath, depth: usize) -> bool {
@@ -157,66 +219,23 @@ impl WorldState {
                 "duplicate document",
             ));
         }
-        let paths: std::collections::HashSet<&str> = docs.iter().map(|d| d.path.as_str()).collect();
-        let mut counts: std::collections::HashMap<(&str, &str), ChildCounts> =
-            std::collections::HashMap::with_capacity(docs.len() + docs.len() / 8);
-        for doc in &docs {
-            if let Some(ancestor) = doc.path.ancestors().find(|a| paths.contains(a)) {
-                return Err(Error::integrity(
-                    Op::Apply,
-                    doc.path.as_str(),
-                    format!("{ancestor} is a document"),
-                ));
-            }
-            let last = doc.path.edges().count() - 1;
-            for (depth, edge) in doc.path.edges().enumerate() {
-                let visible = !hidden_below(&doc.path, depth);
-                let c = counts.entry(edge).or_default();
-                c.docs += 1;
-                c.visible += u64::from(visible);
-                c.live += u64::from(visible && !doc.archived);
-                c.is_doc = depth == last;
-            }
-        }
-        // A document where a directory is: its own edge counts more than itself.
-        for doc in &docs {
-            let edge = doc.path.edges().last().expect("a path has an edge");
-            if counts.get(&edge).is_some_and(|c| c.docs > 1) {
-                return Err(Error::integrity(
-                    Op::Apply,
-                    doc.path.as_str(),
-                    format!("{} is a directory", doc.path),
-                ));
-            }
-        }
-        // One shared string per directory, not one per child.
-        let mut dirs: std::collections::HashMap<&str, Arc<str>> = std::collections::HashMap::new();
-        let mut children: Vec<(ChildKey, ChildCounts)> = counts
-            .into_iter()
-            .map(|((d, n), c)| {
-                let dir = dirs.entry(d).or_insert_with(|| Arc::from(d)).clone();
-                ((dir, Arc::from(n)), c)
-            })
-            .collect();
-        drop(dirs);
-        drop(paths);
-        let mut live: Vec<(Hash, DocPath)> = docs
-            .iter()
-            .filter(|d| !d.archived)
-            .map(|d| (d.body_hash, d.path.clone()))
-            .collect();
-        let (docs_map, (children, hashes)) = std::thread::scope(|scope| {
-            let side = scope.spawn(move || {
-                children.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                let children: OrdMap<ChildKey, ChildCounts> = children.into_iter().collect();
-                live.sort_unstable();
-                let hashes: OrdSet<(Hash, DocPath)> = live.into_iter().collect();
-                (children, hashes)
-            });
+        // Two threads: the directory counters (with the topology checks) on one, the
+        // document map and the body-hash index on the other.
+        let (docs_map, hashes, children) = std::thread::scope(|scope| {
+            let counter = scope.spawn(|| children_of(&docs));
+            let mut live: Vec<(Hash, DocPath)> = docs
+                .iter()
+                .filter(|d| !d.archived)
+                .map(|d| (d.body_hash, d.path.clone()))
+                .collect();
+            live.sort_unstable();
+            let hashes: OrdSet<(Hash, DocPath)> = live.into_iter().collect();
             let docs_map: OrdMap<DocPath, Arc<DocState>> =
-                docs.into_iter().map(|d| (d.path.clone(), d)).collect();
-            (docs_map, side.join().expect("index builder panicked"))
+                docs.iter().map(|d| (d.path.clone(), d.clone())).collect();
+            let children = counter.join().expect("directory counter panicked");
+            (docs_map, hashes, children)
         });
+        let children = children?;
         Ok(WorldState {
             world,
             sequence,
