@@ -78,6 +78,34 @@ impl PartialEq for WorldState {
     }
 }
 
+/// Sorts documents by path, the two halves on two threads, then merges them.
+fn sort_by_path(docs: &mut Vec<Arc<DocState>>) {
+    let by_path = |a: &Arc<DocState>, b: &Arc<DocState>| a.path.cmp(&b.path);
+    if docs.len() < 1 << 14 {
+        docs.sort_by(by_path);
+        return;
+    }
+    let mut right = docs.split_off(docs.len() / 2);
+    std::thread::scope(|scope| {
+        scope.spawn(|| right.sort_by(by_path));
+        docs.sort_by(by_path);
+    });
+    let mut merged = Vec::with_capacity(docs.len() + right.len());
+    let mut left = std::mem::take(docs).into_iter().peekable();
+    let mut right = right.into_iter().peekable();
+    while let (Some(l), Some(r)) = (left.peek(), right.peek()) {
+        let next = if r.path < l.path {
+            right.next()
+        } else {
+            left.next()
+        };
+        merged.extend(next);
+    }
+    merged.extend(left);
+    merged.extend(right);
+    *docs = merged;
+}
+
 /// The directory counters of `docs` (path-sorted, no duplicates), refusing a document that
 /// lies beneath another.
 fn children_of(docs: &[Arc<DocState>]) -> Result<OrdMap<ChildKey, ChildCounts>> {
@@ -211,7 +239,7 @@ impl WorldState {
         tip: Hash,
         mut docs: Vec<Arc<DocState>>,
     ) -> Result<WorldState> {
-        docs.sort_by(|a, b| a.path.cmp(&b.path));
+        sort_by_path(&mut docs);
         if let Some(pair) = docs.windows(2).find(|p| p[0].path == p[1].path) {
             return Err(Error::integrity(
                 Op::Apply,
@@ -589,5 +617,62 @@ impl WorldState {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Timestamp;
+    use crate::metadata::{Catalog, Metadata};
+    use crate::model::Location;
+
+    fn doc(path: &str, archived: bool) -> DocState {
+        let path = DocPath::parse(path).unwrap();
+        let body_hash = Hash::of(path.as_str().as_bytes());
+        let head = VersionRecord {
+            version: 1,
+            hash: body_hash,
+            body_hash,
+            modified: Timestamp(1),
+            size: 1,
+            location: Location::Blob,
+        };
+        DocState {
+            catalog: Arc::new(Catalog::derive(&path, &Metadata::new(), "")),
+            path,
+            current: 1,
+            first: 1,
+            archived,
+            body_hash,
+            modified: Timestamp(1),
+            head,
+            history: Arc::from(Vec::new()),
+            recent: RecentVersions::default(),
+        }
+    }
+
+    #[test]
+    fn bulk_restore_matches_one_by_one_restore() {
+        // Enough documents for the two-thread sort, far from path order, some hidden and
+        // some archived.
+        let docs: Vec<DocState> = (0..20_000u64)
+            .map(|i| {
+                let n = i * 7919 % 20_000;
+                let hidden = if n % 11 == 0 { "." } else { "" };
+                doc(&format!("/d{}/{hidden}{n}.md", n % 37), n % 5 == 0)
+            })
+            .collect();
+        let (world, tip) = (WorldId([3; 16]), Hash::of(b"tip"));
+        let one = WorldState::restore(world, 9, tip, docs.clone()).unwrap();
+        let bulk = WorldState::restore_bulk(world, 9, tip, docs.clone()).unwrap();
+        assert_eq!(one, bulk);
+        assert_eq!(bulk.child("/", "d3").map(|c| c.is_doc), Some(false));
+        // A document where a directory is, named at the first document beneath it.
+        let mut above = docs;
+        above.push(doc("/d3", false));
+        let err = WorldState::restore_bulk(world, 9, tip, above).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Integrity);
+        assert!(err.to_string().contains("/d3 is a document"), "{err}");
     }
 }
