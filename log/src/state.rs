@@ -158,8 +158,17 @@ fn children_of(docs: &[Arc<DocState>]) -> Result<OrdMap<ChildKey, ChildCounts>> 
     let mut dirs: FxHashMap<&str, Arc<str>> = FxHashMap::default();
     let mut children: Vec<(ChildKey, ChildCounts)> =
         Vec::with_capacity(leaves.len() + dir_edges.len());
+    // Path order puts siblings together: most documents share the last one's directory.
+    let mut last: Option<(&str, Arc<str>)> = None;
     for ((d, n), c) in dir_edges.into_iter().chain(leaves) {
-        let dir = dirs.entry(d).or_insert_with(|| Arc::from(d)).clone();
+        let dir = match &last {
+            Some((name, dir)) if *name == d => dir.clone(),
+            _ => {
+                let dir = dirs.entry(d).or_insert_with(|| Arc::from(d)).clone();
+                last = Some((d, dir.clone()));
+                dir
+            }
+        };
         children.push(((dir, Arc::from(n)), c));
     }
     drop(dirs);
