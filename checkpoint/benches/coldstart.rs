@@ -34,6 +34,20 @@ use quire_log::slot::{EncodedSlot, Entry, EntryOp, EntryWrite, Slot};
 use quire_log::version::StoredVersion;
 use quire_log::{DocPath, Hash, OperationId, StoreId, Timestamp, WorldId, keys};
 use rand::{Rng, SeedableRng};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+/// Counts heap bytes, so the loaded state's heap is reported apart from what the allocator
+/// keeps resident after freeing.
+#[global_allocator]
+static HEAP: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
+
+/// Heap bytes allocated and not freed since `region` began, in MiB.
+fn heap_mib(region: &Region<'_, std::alloc::System>) -> f64 {
+    let change = region.change();
+    (change.bytes_allocated as f64 - change.bytes_deallocated as f64
+        + change.bytes_reallocated as f64)
+        / (1024.0 * 1024.0)
+}
 
 const WORLD: WorldId = WorldId([0x42; 16]);
 const STORE: StoreId = StoreId([0x24; 16]);
@@ -283,13 +297,15 @@ async fn build(args: &Args) {
 async fn coldstart(args: &Args) {
     let store = store(args);
     let (before, _) = memory();
+    let region = Region::new(HEAP);
     let t = Instant::now();
     let replica = open(&store).await;
     let elapsed = t.elapsed();
+    let heap = heap_mib(&region);
     let (after, peak) = memory();
     let base = replica.base();
     println!(
-        "cold start: {:.2} s for {} documents (checkpoint {}, replayed {} slots), resident {:.0} MiB (+{:.0}), peak {:.0} MiB",
+        "cold start: {:.2} s for {} documents (checkpoint {}, replayed {} slots), heap {heap:.0} MiB, resident {:.0} MiB (+{:.0}), peak {:.0} MiB",
         elapsed.as_secs_f64(),
         replica.state().doc_count(),
         base.sequence(),
@@ -323,11 +339,13 @@ async fn replay(args: &Args) {
     generator
         .rewrites(&replica, docs, 1024 * 16, 16, &mut rng)
         .await;
+    let region = Region::new(HEAP);
     let t = Instant::now();
     let applied = replica.catch_up().await.unwrap();
     println!(
-        "replay: {applied} slots (16 writes each) in {:.3} s",
-        t.elapsed().as_secs_f64()
+        "replay: {applied} slots (16 writes each) in {:.3} s, heap +{:.0} MiB",
+        t.elapsed().as_secs_f64(),
+        heap_mib(&region)
     );
     let t = Instant::now();
     let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cbor;
 use crate::error::{Error, Op, Result};
+use crate::strict::{Read as ReadResult, Reader};
 
 /// The schema number of every checkpoint object.
 pub const SCHEMA: u32 = 1;
@@ -332,7 +333,7 @@ impl Root {
     }
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct EntryWire(
     String,
     u64,
@@ -348,8 +349,7 @@ struct EntryWire(
     Vec<(u64, u64, Hash)>,
 );
 
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Serialize)]
 struct ShardWire {
     schema: u32,
     bits: u8,
@@ -427,92 +427,142 @@ pub fn decode_shard(
     sequence: u64,
 ) -> Result<Vec<DocState>> {
     let bad = |why: String| Error::integrity(Op::Decode, key, why);
-    let wire: ShardWire = cbor::decode_strict(bytes).map_err(bad)?;
-    if wire.schema != SCHEMA {
-        return Err(bad(format!("unsupported shard schema {}", wire.schema)));
+    let mut r = Reader::new(bytes);
+    let (schema, wire_bits, wire_shard, n) = shard_header(&mut r).map_err(bad)?;
+    if schema != u64::from(SCHEMA) {
+        return Err(bad(format!("unsupported shard schema {schema}")));
     }
-    if wire.bits != bits || wire.shard != index {
+    if wire_bits != u64::from(bits) || wire_shard != u64::from(index) {
         return Err(bad(format!(
-            "shard labelled {}/{} where the root names {}/{}",
-            wire.bits,
-            label(wire.bits, wire.shard),
+            "shard labelled {wire_bits}/{wire_shard:x} where the root names {}/{}",
             bits,
             label(bits, index)
         )));
     }
-    let mut docs: Vec<DocState> = Vec::with_capacity(wire.entries.len());
-    for (i, e) in wire.entries.into_iter().enumerate() {
-        let EntryWire(
-            path,
-            current,
-            first,
-            archived,
-            body_hash,
-            modified,
-            title,
-            meta,
-            etag,
-            size,
-            location,
-            history,
-        ) = e;
-        let at = |why: &str| bad(format!("entry {i} ({path:?}): {why}"));
-        let doc_path = DocPath::canonical(&path).map_err(|why| at(&why.to_string()))?;
-        if let Some(previous) = docs.last()
-            && previous.path >= doc_path
-        {
-            return Err(at("entries are not strictly path-sorted"));
+    let mut docs: Vec<DocState> = Vec::with_capacity(n);
+    for i in 0..n {
+        let doc = decode_entry(&mut r, bits, index, sequence, docs.last())
+            .map_err(|why| bad(format!("entry {i} {why}")))?;
+        docs.push(doc);
+    }
+    r.finish().map_err(bad)?;
+    Ok(docs)
+}
+
+/// A shard's `{schema, bits, shard, entries}` up to the entries: the three numbers and the
+/// entry count.
+fn shard_header(r: &mut Reader<'_>) -> ReadResult<(u64, u64, u64, usize)> {
+    if r.map()? != 4 {
+        return Err("a shard is a map of four fields".into());
+    }
+    r.key("schema")?;
+    let schema = r.uint()?;
+    r.key("bits")?;
+    let bits = r.uint()?;
+    r.key("shard")?;
+    let shard = r.uint()?;
+    if u32::try_from(schema).is_err()
+        || u8::try_from(bits).is_err()
+        || u32::try_from(shard).is_err()
+    {
+        return Err("shard header out of range".into());
+    }
+    r.key("entries")?;
+    Ok((schema, bits, shard, r.array()?))
+}
+
+/// One shard entry, checked against the shard and the entry before it.
+fn decode_entry(
+    r: &mut Reader<'_>,
+    bits: u8,
+    index: u32,
+    sequence: u64,
+    previous: Option<&DocState>,
+) -> ReadResult<DocState> {
+    if r.array()? != 12 {
+        return Err("is not an array of twelve fields".into());
+    }
+    let path = r.text()?;
+    let at = |why: &str| format!("({path:?}): {why}");
+    let doc_path = DocPath::canonical(path).map_err(|why| at(&why.to_string()))?;
+    if previous.is_some_and(|p| p.path >= doc_path) {
+        return Err(at("entries are not strictly path-sorted"));
+    }
+    if shard_of(&path_hash(path), bits) != index {
+        return Err(at("path does not belong to this shard"));
+    }
+    let current = r.uint()?;
+    let first = r.uint()?;
+    let archived = r.bool()?;
+    let body_hash = r.hash()?;
+    let modified = Timestamp(r.uint()?);
+    let title = r.text()?.to_owned();
+    let meta = r.text_map()?;
+    let etag = r.hash()?;
+    let size = r.uint()?;
+    let location = if r.null()? {
+        None
+    } else {
+        if r.array()? != 2 {
+            return Err(at("a location is a slot and an offset"));
         }
-        if shard_of(&path_hash(&path), bits) != index {
-            return Err(at("path does not belong to this shard"));
+        Some((r.uint()?, r.uint()?))
+    };
+    let blocks = r.array()?;
+    let mut history = Vec::with_capacity(blocks.min(64));
+    for _ in 0..blocks {
+        if r.array()? != 3 {
+            return Err(at("a history reference is three fields"));
         }
-        if current == 0 || first == 0 || first > current {
-            return Err(at("version range out of order"));
-        }
-        if title.is_empty() || !metadata::is_normal(&meta) {
-            return Err(at("catalog record is not valid"));
-        }
-        if size > MAX_VERSION_SIZE {
-            return Err(at("version exceeds the size limit"));
-        }
-        if let Some((slot, _)) = location
-            && (slot <= quire_log::marker::GENESIS_SEQUENCE || slot > sequence)
-        {
-            return Err(at(
-                "inline version lives in a slot the checkpoint does not cover",
-            ));
-        }
-        let expected: Vec<(u64, u64)> = block_ranges(first, current).collect();
-        if history.len() != expected.len()
-            || history.iter().zip(&expected).any(|(h, e)| (h.0, h.1) != *e)
-        {
-            return Err(at("history blocks do not tile the retained versions"));
-        }
-        let history: Arc<[HistoryBlockRef]> = history
-            .into_iter()
-            .map(|(first, last, hash)| HistoryBlockRef { first, last, hash })
-            .collect();
-        docs.push(DocState {
-            path: doc_path,
-            current,
-            first,
-            archived,
-            body_hash,
-            modified,
-            catalog: Arc::new(catalog_of(title, meta)),
-            head: VersionRecord {
-                version: current,
-                hash: etag,
-                body_hash,
-                modified,
-                size,
-                location: location_of(location),
-            },
-            history,
-            recent: imbl::Vector::new(),
+        history.push(HistoryBlockRef {
+            first: r.uint()?,
+            last: r.uint()?,
+            hash: r.hash()?,
         });
     }
-    Ok(docs)
+    if current == 0 || first == 0 || first > current {
+        return Err(at("version range out of order"));
+    }
+    if title.is_empty() || !metadata::is_normal(&meta) {
+        return Err(at("catalog record is not valid"));
+    }
+    if size > MAX_VERSION_SIZE {
+        return Err(at("version exceeds the size limit"));
+    }
+    if let Some((slot, _)) = location
+        && (slot <= quire_log::marker::GENESIS_SEQUENCE || slot > sequence)
+    {
+        return Err(at(
+            "inline version lives in a slot the checkpoint does not cover",
+        ));
+    }
+    if history.len() as u64 != block_of(current) - block_of(first) + 1
+        || history
+            .iter()
+            .zip(block_ranges(first, current))
+            .any(|(h, e)| (h.first, h.last) != e)
+    {
+        return Err(at("history blocks do not tile the retained versions"));
+    }
+    Ok(DocState {
+        path: doc_path,
+        current,
+        first,
+        archived,
+        body_hash,
+        modified,
+        catalog: Arc::new(catalog_of(title, meta)),
+        head: VersionRecord {
+            version: current,
+            hash: etag,
+            body_hash,
+            modified,
+            size,
+            location: location_of(location),
+        },
+        history: Arc::from(history),
+        recent: Default::default(),
+    })
 }
 
 #[derive(Serialize, Deserialize)]
@@ -636,6 +686,84 @@ mod tests {
         assert_eq!(block_ranges(3, 3).collect::<Vec<_>>(), [(3, 3)]);
         assert_eq!(grid(64, 63), 0);
         assert_eq!(grid(64, 130), 128);
+    }
+
+    fn sample(path: &str, current: u64, location: Location) -> DocState {
+        let mut meta = Metadata::new();
+        meta.insert("importance".into(), "0.7".into());
+        meta.insert("tags".into(), "a,b".into());
+        let record = VersionRecord {
+            version: current,
+            hash: Hash::of(path.as_bytes()),
+            body_hash: Hash::of(b"body"),
+            modified: Timestamp(1_767_225_600),
+            size: 300,
+            location,
+        };
+        DocState {
+            path: DocPath::parse(path).unwrap(),
+            current,
+            first: 2,
+            archived: current > 300,
+            body_hash: record.body_hash,
+            modified: record.modified,
+            catalog: Arc::new(catalog_of("A title".into(), meta)),
+            head: record,
+            history: block_ranges(2, current)
+                .map(|(first, last)| HistoryBlockRef {
+                    first,
+                    last,
+                    hash: Hash::of(&last.to_be_bytes()),
+                })
+                .collect(),
+            recent: Default::default(),
+        }
+    }
+
+    #[test]
+    fn shards_round_trip_and_refuse_other_spellings() {
+        let a = sample(
+            "/a.md",
+            3,
+            Location::Inline {
+                slot: 7,
+                offset: 90,
+            },
+        );
+        let b = sample("/b/c.md", 600, Location::Blob);
+        let docs = [(&a, &a.history[..]), (&b, &b.history[..])];
+        let bytes = encode_shard(0, 0, &docs).unwrap();
+        assert_eq!(decode_shard("k", &bytes, 0, 0, 9).unwrap(), [a.clone(), b]);
+        // The same shard under another label, or past the checkpoint's slots.
+        assert!(
+            decode_shard("k", &bytes, 1, 0, 9)
+                .unwrap_err()
+                .is_integrity()
+        );
+        assert!(
+            decode_shard("k", &bytes, 0, 0, 6)
+                .unwrap_err()
+                .is_integrity()
+        );
+        // The schema number (1) spelled in two bytes instead of one.
+        let schema_at = bytes.windows(7).position(|w| w == b"\x66schema").unwrap() + 7;
+        assert_eq!(bytes[schema_at], 0x01);
+        let mut long = bytes[..schema_at].to_vec();
+        long.extend_from_slice(&[0x18, 0x01]);
+        long.extend_from_slice(&bytes[schema_at + 1..]);
+        assert!(
+            decode_shard("k", &long, 0, 0, 9)
+                .unwrap_err()
+                .is_integrity()
+        );
+        let mut trailing = bytes.to_vec();
+        trailing.push(0xf6);
+        assert!(
+            decode_shard("k", &trailing, 0, 0, 9)
+                .unwrap_err()
+                .is_integrity()
+        );
+        assert!(decode_shard("k", &bytes[..bytes.len() - 1], 0, 0, 9).is_err());
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod history;
 pub mod keys;
 pub mod objects;
 pub mod replica;
+mod strict;
 pub mod write;
 
 pub use compactor::{Compactor, Policy, Step};

@@ -260,7 +260,7 @@ impl Replica {
             marks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             marks.into_iter().collect::<OrdMap<DocPath, u64>>()
         });
-        let state = WorldState::restore_bulk(marker.world, sequence, base.checkpoint.tip, docs)
+        let state = WorldState::restore_shared(marker.world, sequence, base.checkpoint.tip, docs)
             .map_err(|e| Error::from_log(op, e))?;
         let tracker = Tracker {
             changes: marks.await.map_err(|e| {
@@ -425,7 +425,8 @@ impl Replica {
             .map(|sequence| {
                 let store = store.clone();
                 let prefix = prefix.clone();
-                async move {
+                // Spawned, so slots decode on the other workers while this one applies.
+                let read = tokio::spawn(async move {
                     let slot = tip::read_slot(&*store, &prefix, sequence)
                         .await
                         .map_err(|e| Error::from_log(op, e))?;
@@ -436,6 +437,16 @@ impl Replica {
                             "listed slot is missing",
                         )
                     })
+                });
+                async move {
+                    read.await.map_err(|e| {
+                        Error::new(
+                            op,
+                            "",
+                            ErrorKind::Storage,
+                            format!("slot reader failed: {e}"),
+                        )
+                    })?
                 }
             })
             .buffered(REPLAY_READERS);
@@ -631,10 +642,10 @@ impl Replica {
 }
 
 /// The documents of a loaded root, and the cut marking each one held above the base tier.
-type Merged = (Vec<DocState>, Vec<(DocPath, u64)>);
+type Merged = (Vec<Arc<DocState>>, Vec<(DocPath, u64)>);
 
 /// One group's documents, marks and entries per tier.
-type GroupLoad = (Vec<DocState>, Vec<(DocPath, u64)>, [u64; TIERS]);
+type GroupLoad = (Vec<Arc<DocState>>, Vec<(DocPath, u64)>, [u64; TIERS]);
 
 /// Loads every shard of `base`'s root and merges the tiers: each document as its highest
 /// tier holds it. Shards are read in groups that share a hash range (the smallest bits of a
@@ -773,7 +784,7 @@ fn merge_group(root: &Root, shards: Vec<(usize, Vec<DocState>)>, key: &str) -> R
         if tier > 0 {
             marks.push((doc.path.clone(), root.tiers[tier].cut));
         }
-        docs.push(doc);
+        docs.push(Arc::new(doc));
     }
     Ok((docs, marks, counts))
 }

@@ -65,7 +65,7 @@ pub mod version;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, ErrorKind, Op, Result};
 pub use ids::{Hash, OperationId, StoreId, Timestamp, WorldId};
-pub use model::{DocState, DocSummary, Location, VersionRecord};
+pub use model::{DocState, DocSummary, Location, RecentVersions, VersionRecord};
 pub use path::DocPath;
 pub use slot::{EncodedSlot, Entry, EntryOp, EntryWrite, Slot};
 pub use state::WorldState;

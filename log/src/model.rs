@@ -62,7 +62,7 @@ pub struct DocState {
     /// created since).
     pub history: Arc<[HistoryBlockRef]>,
     /// Versions committed since that checkpoint, oldest first, none below `first`.
-    pub recent: imbl::Vector<VersionRecord>,
+    pub recent: RecentVersions,
 }
 
 impl DocState {
@@ -87,6 +87,157 @@ impl DocState {
         self.recent.iter().find(|r| r.version == version)
     }
 }
+
+/// Up to this many recent versions live in one shared slice: a push copies at most this
+/// many records, and a document written once since its checkpoint costs one small
+/// allocation (a persistent vector's first chunk holds 64 records, about 7 KB).
+const SHORT_RECENT: usize = 32;
+
+/// A document's versions committed since its checkpoint, oldest first. Cheap to clone;
+/// short lists are one shared slice, long ones a persistent vector so pushes stay cheap.
+#[derive(Clone, Debug, Default)]
+pub struct RecentVersions(Recent);
+
+#[derive(Clone, Debug, Default)]
+enum Recent {
+    #[default]
+    Empty,
+    Short(Arc<[VersionRecord]>),
+    Long(Arc<imbl::Vector<VersionRecord>>),
+}
+
+impl RecentVersions {
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Recent::Empty => 0,
+            Recent::Short(s) => s.len(),
+            Recent::Long(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The oldest record.
+    pub fn front(&self) -> Option<&VersionRecord> {
+        self.get(0)
+    }
+
+    /// The newest record.
+    pub fn back(&self) -> Option<&VersionRecord> {
+        self.len().checked_sub(1).and_then(|i| self.get(i))
+    }
+
+    pub fn get(&self, index: usize) -> Option<&VersionRecord> {
+        match &self.0 {
+            Recent::Empty => None,
+            Recent::Short(s) => s.get(index),
+            Recent::Long(v) => v.get(index),
+        }
+    }
+
+    pub fn iter(&self) -> RecentIter<'_> {
+        match &self.0 {
+            Recent::Empty => RecentIter::Slice([].iter()),
+            Recent::Short(s) => RecentIter::Slice(s.iter()),
+            Recent::Long(v) => RecentIter::Vector(v.iter()),
+        }
+    }
+
+    /// Appends the newest record.
+    pub fn push_back(&mut self, record: VersionRecord) {
+        match &mut self.0 {
+            Recent::Empty => self.0 = Recent::Short(Arc::from([record])),
+            Recent::Short(s) if s.len() < SHORT_RECENT => {
+                let mut grown = Vec::with_capacity(s.len() + 1);
+                grown.extend_from_slice(s);
+                grown.push(record);
+                *s = Arc::from(grown);
+            }
+            Recent::Short(s) => {
+                let mut v: imbl::Vector<VersionRecord> = s.iter().cloned().collect();
+                v.push_back(record);
+                self.0 = Recent::Long(Arc::new(v));
+            }
+            Recent::Long(v) => Arc::make_mut(v).push_back(record),
+        }
+    }
+
+    /// Removes and returns the oldest record.
+    pub fn pop_front(&mut self) -> Option<VersionRecord> {
+        let front = self.front()?.clone();
+        let rest: Vec<VersionRecord> = match &mut self.0 {
+            Recent::Long(v) if v.len() > SHORT_RECENT + 1 => {
+                Arc::make_mut(v).pop_front();
+                return Some(front);
+            }
+            _ => self.iter().skip(1).cloned().collect(),
+        };
+        *self = rest.into_iter().collect();
+        Some(front)
+    }
+}
+
+/// An iterator over [`RecentVersions`], oldest first.
+pub enum RecentIter<'a> {
+    Slice(std::slice::Iter<'a, VersionRecord>),
+    Vector(imbl::vector::Iter<'a, VersionRecord, imbl::shared_ptr::DefaultSharedPtr>),
+}
+
+impl std::fmt::Debug for RecentIter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecentIter")
+            .field("left", &self.size_hint().0)
+            .finish()
+    }
+}
+
+impl<'a> Iterator for RecentIter<'a> {
+    type Item = &'a VersionRecord;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            RecentIter::Slice(i) => i.next(),
+            RecentIter::Vector(i) => i.next(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            RecentIter::Slice(i) => i.size_hint(),
+            RecentIter::Vector(i) => i.size_hint(),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a RecentVersions {
+    type Item = &'a VersionRecord;
+    type IntoIter = RecentIter<'a>;
+
+    fn into_iter(self) -> RecentIter<'a> {
+        self.iter()
+    }
+}
+
+impl FromIterator<VersionRecord> for RecentVersions {
+    fn from_iter<I: IntoIterator<Item = VersionRecord>>(records: I) -> Self {
+        let records: Vec<VersionRecord> = records.into_iter().collect();
+        RecentVersions(match records.len() {
+            0 => Recent::Empty,
+            n if n <= SHORT_RECENT => Recent::Short(Arc::from(records)),
+            _ => Recent::Long(Arc::new(records.into_iter().collect())),
+        })
+    }
+}
+
+impl PartialEq for RecentVersions {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for RecentVersions {}
 
 /// A document as a write's answer (or a conflict) reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]

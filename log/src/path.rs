@@ -73,6 +73,17 @@ impl DocPath {
 
     /// Accepts `raw` only if it is already canonical (stored paths must be).
     pub fn canonical(raw: &str) -> Result<DocPath, PathError> {
+        // The common case checked in place: a leading `/` and segments that are neither
+        // empty nor `.` nor `..` are exactly what `clean` leaves unchanged.
+        let in_place = raw.len() > 1
+            && raw.starts_with('/')
+            && raw[1..]
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != "..");
+        if in_place {
+            check_chars(raw)?;
+            return Ok(DocPath(raw.into()));
+        }
         let path = DocPath::parse(raw)?;
         if &*path.0 != raw {
             return Err(PathError("path is not in canonical form"));
@@ -179,6 +190,14 @@ mod tests {
         assert!(DocPath::parse(&format!("/{}", "a".repeat(MAX_PATH_LEN))).is_err());
         assert!(DocPath::canonical("a.md").is_err());
         assert!(DocPath::canonical("/a.md").is_ok());
+        // Accepted exactly when parsing leaves the spelling unchanged.
+        for raw in [
+            "/", "", "/a/", "//a", "/a//b", "/./a", "/a/.", "/a/../b", "/..", "/a\u{1}", "/a b/.c",
+            "/a\tb", "a/b", "/a/b.md",
+        ] {
+            let same = DocPath::parse(raw).is_ok_and(|p| p.as_str() == raw);
+            assert_eq!(DocPath::canonical(raw).is_ok(), same, "{raw:?}");
+        }
     }
 
     #[test]

@@ -21,12 +21,13 @@
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
+use rustc_hash::FxHashMap;
 
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::ids::{Hash, WorldId};
 use crate::marker::{GENESIS_SEQUENCE, genesis_tip};
 use crate::metadata;
-use crate::model::{DocState, HistoryBlockRef, VersionRecord};
+use crate::model::{DocState, HistoryBlockRef, RecentVersions, VersionRecord};
 use crate::path::{DocPath, is_hidden_name};
 use crate::slot::{EncodedSlot, Entry};
 
@@ -75,6 +76,104 @@ impl PartialEq for WorldState {
             && self.children == other.children
             && self.hashes == other.hashes
     }
+}
+
+/// Sorts documents by path, the two halves on two threads, then merges them.
+fn sort_by_path(docs: &mut Vec<Arc<DocState>>) {
+    let by_path = |a: &Arc<DocState>, b: &Arc<DocState>| a.path.cmp(&b.path);
+    if docs.len() < 1 << 14 {
+        docs.sort_by(by_path);
+        return;
+    }
+    let mut right = docs.split_off(docs.len() / 2);
+    std::thread::scope(|scope| {
+        scope.spawn(|| right.sort_by(by_path));
+        docs.sort_by(by_path);
+    });
+    let mut merged = Vec::with_capacity(docs.len() + right.len());
+    let mut left = std::mem::take(docs).into_iter().peekable();
+    let mut right = right.into_iter().peekable();
+    while let (Some(l), Some(r)) = (left.peek(), right.peek()) {
+        let next = if r.path < l.path {
+            right.next()
+        } else {
+            left.next()
+        };
+        merged.extend(next);
+    }
+    merged.extend(left);
+    merged.extend(right);
+    *docs = merged;
+}
+
+/// The directory counters of `docs` (path-sorted, no duplicates), refusing a document that
+/// lies beneath another.
+fn children_of(docs: &[Arc<DocState>]) -> Result<OrdMap<ChildKey, ChildCounts>> {
+    // A document's own edge is its alone; only directory edges (few) need counting in a
+    // map, and a document whose own edge is also a directory edge lies above another.
+    let mut dir_edges: FxHashMap<(&str, &str), ChildCounts> = FxHashMap::default();
+    let mut leaves: Vec<((&str, &str), ChildCounts)> = Vec::with_capacity(docs.len());
+    let mut edges: Vec<(&str, &str)> = Vec::new();
+    for doc in docs {
+        edges.clear();
+        edges.extend(doc.path.edges());
+        let last = edges.len() - 1;
+        // Visible from a depth down: no hidden name from there to the document.
+        let mut visible = true;
+        for (depth, &edge) in edges.iter().enumerate().rev() {
+            visible &= !is_hidden_name(edge.1);
+            let live = visible && !doc.archived;
+            if depth == last {
+                leaves.push((
+                    edge,
+                    ChildCounts {
+                        docs: 1,
+                        visible: u64::from(visible),
+                        live: u64::from(live),
+                        is_doc: true,
+                    },
+                ));
+            } else {
+                let c = dir_edges.entry(edge).or_default();
+                c.docs += 1;
+                c.visible += u64::from(visible);
+                c.live += u64::from(live);
+            }
+        }
+    }
+    if let Some(i) = leaves.iter().position(|(e, _)| dir_edges.contains_key(e)) {
+        let above = &docs[i].path;
+        let below = format!("{above}/");
+        let first_below = docs.partition_point(|d| d.path.as_str() < below.as_str());
+        let at = docs
+            .get(first_below)
+            .map_or(above.as_str(), |d| d.path.as_str());
+        return Err(Error::integrity(
+            Op::Apply,
+            at,
+            format!("{above} is a document"),
+        ));
+    }
+    // One shared string per directory, not one per child.
+    let mut dirs: FxHashMap<&str, Arc<str>> = FxHashMap::default();
+    let mut children: Vec<(ChildKey, ChildCounts)> =
+        Vec::with_capacity(leaves.len() + dir_edges.len());
+    // Path order puts siblings together: most documents share the last one's directory.
+    let mut last: Option<(&str, Arc<str>)> = None;
+    for ((d, n), c) in dir_edges.into_iter().chain(leaves) {
+        let dir = match &last {
+            Some((name, dir)) if *name == d => dir.clone(),
+            _ => {
+                let dir = dirs.entry(d).or_insert_with(|| Arc::from(d)).clone();
+                last = Some((d, dir.clone()));
+                dir
+            }
+        };
+        children.push(((dir, Arc::from(n)), c));
+    }
+    drop(dirs);
+    children.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(children.into_iter().collect())
 }
 
 fn hidden_below(path: &DocPath, depth: usize) -> bool {
@@ -130,9 +229,26 @@ impl WorldState {
         world: WorldId,
         sequence: u64,
         tip: Hash,
-        mut docs: Vec<DocState>,
+        docs: Vec<DocState>,
     ) -> Result<WorldState> {
-        docs.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        WorldState::restore_shared(
+            world,
+            sequence,
+            tip,
+            docs.into_iter().map(Arc::new).collect(),
+        )
+    }
+
+    /// [`WorldState::restore_bulk`] for documents already shared (so a loader that builds
+    /// them on several threads moves pointers, not documents). Runs of path-sorted documents
+    /// (one shard's, say) sort cheaply.
+    pub fn restore_shared(
+        world: WorldId,
+        sequence: u64,
+        tip: Hash,
+        mut docs: Vec<Arc<DocState>>,
+    ) -> Result<WorldState> {
+        sort_by_path(&mut docs);
         if let Some(pair) = docs.windows(2).find(|p| p[0].path == p[1].path) {
             return Err(Error::integrity(
                 Op::Apply,
@@ -140,62 +256,23 @@ impl WorldState {
                 "duplicate document",
             ));
         }
-        let paths: std::collections::HashSet<&str> = docs.iter().map(|d| d.path.as_str()).collect();
-        let mut counts: std::collections::HashMap<(&str, &str), ChildCounts> =
-            std::collections::HashMap::with_capacity(docs.len() + docs.len() / 8);
-        for doc in &docs {
-            if let Some(ancestor) = doc.path.ancestors().find(|a| paths.contains(a)) {
-                return Err(Error::integrity(
-                    Op::Apply,
-                    doc.path.as_str(),
-                    format!("{ancestor} is a document"),
-                ));
-            }
-            let last = doc.path.edges().count() - 1;
-            for (depth, edge) in doc.path.edges().enumerate() {
-                let visible = !hidden_below(&doc.path, depth);
-                let c = counts.entry(edge).or_default();
-                c.docs += 1;
-                c.visible += u64::from(visible);
-                c.live += u64::from(visible && !doc.archived);
-                c.is_doc = depth == last;
-            }
-        }
-        // A document where a directory is: its own edge counts more than itself.
-        for doc in &docs {
-            let edge = doc.path.edges().last().expect("a path has an edge");
-            if counts.get(&edge).is_some_and(|c| c.docs > 1) {
-                return Err(Error::integrity(
-                    Op::Apply,
-                    doc.path.as_str(),
-                    format!("{} is a directory", doc.path),
-                ));
-            }
-        }
-        let mut children: Vec<(ChildKey, ChildCounts)> = counts
-            .into_iter()
-            .map(|((d, n), c)| ((Arc::from(d), Arc::from(n)), c))
-            .collect();
-        drop(paths);
-        let mut live: Vec<(Hash, DocPath)> = docs
-            .iter()
-            .filter(|d| !d.archived)
-            .map(|d| (d.body_hash, d.path.clone()))
-            .collect();
-        let (docs_map, (children, hashes)) = std::thread::scope(|scope| {
-            let side = scope.spawn(move || {
-                children.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                let children: OrdMap<ChildKey, ChildCounts> = children.into_iter().collect();
-                live.sort_unstable();
-                let hashes: OrdSet<(Hash, DocPath)> = live.into_iter().collect();
-                (children, hashes)
-            });
-            let docs_map: OrdMap<DocPath, Arc<DocState>> = docs
-                .into_iter()
-                .map(|d| (d.path.clone(), Arc::new(d)))
+        // Two threads: the directory counters (with the topology checks) on one, the
+        // document map and the body-hash index on the other.
+        let (docs_map, hashes, children) = std::thread::scope(|scope| {
+            let counter = scope.spawn(|| children_of(&docs));
+            let mut live: Vec<(Hash, DocPath)> = docs
+                .iter()
+                .filter(|d| !d.archived)
+                .map(|d| (d.body_hash, d.path.clone()))
                 .collect();
-            (docs_map, side.join().expect("index builder panicked"))
+            live.sort_unstable();
+            let hashes: OrdSet<(Hash, DocPath)> = live.into_iter().collect();
+            let docs_map: OrdMap<DocPath, Arc<DocState>> =
+                docs.iter().map(|d| (d.path.clone(), d.clone())).collect();
+            let children = counter.join().expect("directory counter panicked");
+            (docs_map, hashes, children)
         });
+        let children = children?;
         Ok(WorldState {
             world,
             sequence,
@@ -373,7 +450,7 @@ impl WorldState {
                     catalog: Arc::new(write.catalog.clone()),
                     head: record.clone(),
                     history: Arc::from(Vec::<HistoryBlockRef>::new()),
-                    recent: imbl::vector![record],
+                    recent: RecentVersions::from_iter([record]),
                 });
                 Ok(())
             }
@@ -521,8 +598,6 @@ impl WorldState {
         }
         let mut doc = (**old).clone();
         doc.history = history;
-        // Rebuilt rather than retained: an emptied vector then holds no chunk (a one-record
-        // vector of version records allocates a whole 64-record chunk).
         doc.recent = doc
             .recent
             .iter()
@@ -566,5 +641,62 @@ impl WorldState {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Timestamp;
+    use crate::metadata::{Catalog, Metadata};
+    use crate::model::Location;
+
+    fn doc(path: &str, archived: bool) -> DocState {
+        let path = DocPath::parse(path).unwrap();
+        let body_hash = Hash::of(path.as_str().as_bytes());
+        let head = VersionRecord {
+            version: 1,
+            hash: body_hash,
+            body_hash,
+            modified: Timestamp(1),
+            size: 1,
+            location: Location::Blob,
+        };
+        DocState {
+            catalog: Arc::new(Catalog::derive(&path, &Metadata::new(), "")),
+            path,
+            current: 1,
+            first: 1,
+            archived,
+            body_hash,
+            modified: Timestamp(1),
+            head,
+            history: Arc::from(Vec::new()),
+            recent: RecentVersions::default(),
+        }
+    }
+
+    #[test]
+    fn bulk_restore_matches_one_by_one_restore() {
+        // Enough documents for the two-thread sort, far from path order, some hidden and
+        // some archived.
+        let docs: Vec<DocState> = (0..20_000u64)
+            .map(|i| {
+                let n = i * 7919 % 20_000;
+                let hidden = if n % 11 == 0 { "." } else { "" };
+                doc(&format!("/d{}/{hidden}{n}.md", n % 37), n % 5 == 0)
+            })
+            .collect();
+        let (world, tip) = (WorldId([3; 16]), Hash::of(b"tip"));
+        let one = WorldState::restore(world, 9, tip, docs.clone()).unwrap();
+        let bulk = WorldState::restore_bulk(world, 9, tip, docs.clone()).unwrap();
+        assert_eq!(one, bulk);
+        assert_eq!(bulk.child("/", "d3").map(|c| c.is_doc), Some(false));
+        // A document where a directory is, named at the first document beneath it.
+        let mut above = docs;
+        above.push(doc("/d3", false));
+        let err = WorldState::restore_bulk(world, 9, tip, above).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Integrity);
+        assert!(err.to_string().contains("/d3 is a document"), "{err}");
     }
 }
