@@ -1,14 +1,19 @@
-//! `quire-server`: the knowledge server (handlers, the Mark protocol over QUIC, the HTTP
-//! gateway, auth, limits, config, the world manager) and the `quire` CLI.
+//! `quire-server`: the knowledge server and the `quire` CLI. It sees worlds only through the
+//! backend contract (`quire_backend::Store`); [`wiring`] is the one module that names a
+//! concrete backend or blob driver.
 //!
-//! What the crate owns so far, each independent of how worlds are stored:
 //! - [`mark`]: the Mark protocol wire codec (requests, responses, metadata blocks, limits).
+//! - [`handlers`]: transport-neutral handlers for every verb, one read view per request.
+//! - [`http`]: the HTTP gateway over those handlers, with `/livez`, `/readyz`, `/metrics`.
 //! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
 //!   read rules) and the reloadable per-world token set.
 //! - [`limits`]: per-world admission (concurrent requests, requests per second with burst,
 //!   open watches) with retry hints.
 //! - [`config`]: the strict TOML configuration (listeners, TLS, worlds with their backend,
 //!   authorities, tokens, limits and publish policy) and the embedded default.
+//! - [`worlds`]: the world manager, which opens every world through one store factory.
+//!
+//! The Mark protocol over QUIC and WATCH are not served yet; the HTTP gateway is.
 
 pub mod auth;
 pub mod config;
