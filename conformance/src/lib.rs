@@ -46,6 +46,7 @@
 //! each suite run on the shipped backends.
 
 mod blob;
+mod bucket_factory;
 mod catalog;
 mod differential;
 mod factories;
@@ -55,6 +56,7 @@ mod replica;
 mod store;
 
 pub use blob::{Capabilities, Outcome, SuiteReport, blob_case_names, run_blob_suite};
+pub use bucket_factory::BucketFactory;
 pub use catalog::{catalog_case_names, run_catalog_suite};
 pub use differential::{DIRS, DifferentialPlan, PATHS, observe, run_differential, run_operations};
 pub use factories::{FileFactory, ModelFactory, SharedReplica, file_tamper};

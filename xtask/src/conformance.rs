@@ -7,7 +7,10 @@ use anyhow::{Context, Result, bail};
 use quire_blob::BlobStore;
 use quire_blob::file::FileStore;
 use quire_blob::memory::MemoryStore;
-use quire_conformance::{Capabilities, Outcome, blob_case_names, fresh_root, run_blob_suite};
+use quire_conformance::{
+    BucketFactory, Capabilities, FileFactory, Outcome, ReplicaLoad, SuiteReport, fresh_root,
+    run_blob_suite, run_catalog_suite, run_replica_suite, run_store_suite,
+};
 
 use crate::servers::{Server, fake_gcs, seaweedfs};
 
@@ -65,11 +68,62 @@ fn targets(scratch: &Path, servers: &[Server]) -> Result<Vec<Target>> {
     ])
 }
 
-/// Runs the blob suite over every target and prints a case × driver table; fails if any case
-/// failed anywhere.
+/// One suite's results: a column per target, a row per case.
+struct Table {
+    title: &'static str,
+    columns: Vec<(String, SuiteReport)>,
+}
+
+impl Table {
+    /// Prints the table; returns the failures and gaps it holds.
+    fn print(&self) -> (Vec<String>, Vec<String>) {
+        let (mut failures, mut gaps) = (Vec::new(), Vec::new());
+        let Some((_, first)) = self.columns.first() else {
+            return (failures, gaps);
+        };
+        let cases: Vec<&str> = first.outcomes.iter().map(|(case, _)| *case).collect();
+        let width = cases
+            .iter()
+            .map(|c| c.len())
+            .max()
+            .unwrap_or(4)
+            .max(self.title.len());
+        print!("{:width$}", self.title);
+        for (name, _) in &self.columns {
+            print!(" | {name:13}");
+        }
+        println!();
+        for (row, case) in cases.iter().enumerate() {
+            print!("{case:width$}");
+            for (name, report) in &self.columns {
+                let outcome = report
+                    .outcomes
+                    .get(row)
+                    .map(|(_, outcome)| outcome.clone())
+                    .unwrap_or_else(|| Outcome::Failed("case missing from the report".into()));
+                print!(" | {:13}", outcome.label());
+                match outcome {
+                    Outcome::Failed(why) => failures.push(format!("{name} {case}: {why}")),
+                    Outcome::Gap(why) => gaps.push(format!("{name} {case}: {why}")),
+                    Outcome::Passed => {}
+                }
+            }
+            println!();
+        }
+        println!();
+        (failures, gaps)
+    }
+}
+
+/// Runs the blob suite over every driver, and the backend suites (document store, catalog,
+/// replica) over the file store and the bucket store on every driver; prints one table per
+/// suite and fails if any case failed anywhere.
 pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
     let targets = targets(scratch, servers)?;
-    let mut columns = Vec::new();
+    let mut blob = Table {
+        title: "blob case",
+        columns: Vec::new(),
+    };
     for target in &targets {
         let report = run_blob_suite(
             target.store.clone(),
@@ -77,41 +131,71 @@ pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
             target.capabilities,
         )
         .await;
-        columns.push(report);
+        blob.columns.push((target.name.to_owned(), report));
     }
-    let cases = blob_case_names();
-    let width = cases.iter().map(|c| c.len()).max().unwrap_or(4).max(10);
-    print!("{:width$}", "blob case");
+
+    let mut store = Table {
+        title: "document-store case",
+        columns: Vec::new(),
+    };
+    let mut catalog = Table {
+        title: "catalog case",
+        columns: Vec::new(),
+    };
+    let mut replica = Table {
+        title: "replica case",
+        columns: Vec::new(),
+    };
+    let file_store = FileFactory::new(scratch.join("file-store"), true);
+    store
+        .columns
+        .push(("file store".into(), run_store_suite(&file_store).await));
+    catalog
+        .columns
+        .push(("file store".into(), run_catalog_suite(&file_store).await));
+    replica.columns.push((
+        "file store".into(),
+        run_replica_suite(&file_store, ReplicaLoad::default()).await,
+    ));
     for target in &targets {
-        print!(" | {:12}", target.name);
+        let name = format!("bucket/{}", target.name);
+        let bucket =
+            BucketFactory::under(target.store.clone(), &fresh_root(&name.replace('/', "-")));
+        store
+            .columns
+            .push((name.clone(), run_store_suite(&bucket).await));
+        catalog
+            .columns
+            .push((name.clone(), run_catalog_suite(&bucket).await));
+        replica.columns.push((
+            name,
+            run_replica_suite(&bucket, ReplicaLoad::default()).await,
+        ));
     }
-    println!();
-    let mut failures = Vec::new();
-    let mut gaps = Vec::new();
-    for (row, case) in cases.iter().enumerate() {
-        print!("{case:width$}");
-        for (column, report) in columns.iter().enumerate() {
-            let outcome = &report.outcomes[row].1;
-            print!(" | {:12}", outcome.label());
-            match outcome {
-                Outcome::Failed(why) => {
-                    failures.push(format!("{} {case}: {why}", targets[column].name))
-                }
-                Outcome::Gap(why) => gaps.push(format!("{} {case}: {why}", targets[column].name)),
-                Outcome::Passed => {}
-            }
-        }
-        println!();
+
+    let (mut failures, mut gaps) = (Vec::new(), Vec::new());
+    for table in [&blob, &store, &catalog, &replica] {
+        let (f, g) = table.print();
+        failures.extend(f);
+        gaps.extend(g);
     }
+    // A gap is a case the target cannot show; it counts as skipped, never as passed.
     for gap in &gaps {
         println!("emulator gap: {gap}");
     }
+    let total: usize = [&blob, &store, &catalog, &replica]
+        .iter()
+        .flat_map(|t| t.columns.iter())
+        .map(|(_, report)| report.outcomes.len())
+        .sum();
+    println!(
+        "conformance: {} passed, {} failed, {} skipped",
+        total - failures.len() - gaps.len(),
+        failures.len(),
+        gaps.len()
+    );
     if !failures.is_empty() {
         bail!("conformance failures:\n  {}", failures.join("\n  "));
     }
-    println!(
-        "conformance: every case passed on {} drivers",
-        targets.len()
-    );
     Ok(())
 }
