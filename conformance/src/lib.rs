@@ -42,7 +42,8 @@
 //! ```
 //!
 //! The reference for the differential suite is [`ModelFactory`] (the [`model`] store) or any
-//! backend already trusted; [`FileFactory`] opens file stores. `conformance/tests/` shows
+//! backend already trusted; [`FileFactory`] opens file stores and [`BucketFactory`] bucket
+//! stores over any blob store. `conformance/tests/` shows
 //! each suite run on the shipped backends.
 
 mod blob;
