@@ -455,21 +455,7 @@ async fn concurrent_create(ctx: Ctx) -> CaseResult {
         async move { store.create(&key, Bytes::from(format!("racer {i}"))).await }
     })
     .await;
-    let mut winner = None;
-    for (i, result) in results.into_iter().enumerate() {
-        match result {
-            Ok(attrs) if winner.is_none() => winner = Some((i, attrs)),
-            Ok(_) => return Err("two creates of one key both won".into()),
-            Err(err) if err.kind() == ErrorKind::Precondition => {}
-            Err(err) => return Err(format!("racer {i}: {err}")),
-        }
-    }
-    let (i, attrs) = winner.ok_or("no create won")?;
-    let got = expect_data(&ctx, &key, format!("racer {i}").as_bytes(), "winner's data").await?;
-    ensure(got == attrs, || {
-        "stored attributes differ from the winner's".into()
-    })?;
-    Ok(None)
+    expect_one_winner(&ctx, &key, results, "create").await
 }
 
 async fn concurrent_replace(ctx: Ctx) -> CaseResult {
@@ -488,17 +474,28 @@ async fn concurrent_replace(ctx: Ctx) -> CaseResult {
         }
     })
     .await;
+    expect_one_winner(&ctx, &key, results, "replace").await
+}
+
+/// Checks that exactly one racer won (racer `i` wrote `racer {i}`), every other racer lost
+/// with a precondition error, and the key holds the winner's bytes and attributes.
+async fn expect_one_winner(
+    ctx: &Ctx,
+    key: &str,
+    results: Vec<quire_blob::Result<Attributes>>,
+    what: &str,
+) -> CaseResult {
     let mut winner = None;
     for (i, result) in results.into_iter().enumerate() {
         match result {
             Ok(attrs) if winner.is_none() => winner = Some((i, attrs)),
-            Ok(_) => return Err("two replaces at one generation both won".into()),
+            Ok(_) => return Err(format!("two racing {what}s of one key both won")),
             Err(err) if err.kind() == ErrorKind::Precondition => {}
             Err(err) => return Err(format!("racer {i}: {err}")),
         }
     }
-    let (i, attrs) = winner.ok_or("no replace won")?;
-    let got = expect_data(&ctx, &key, format!("racer {i}").as_bytes(), "winner's data").await?;
+    let (i, attrs) = winner.ok_or_else(|| format!("no {what} won"))?;
+    let got = expect_data(ctx, key, format!("racer {i}").as_bytes(), "winner's data").await?;
     ensure(got == attrs, || {
         "stored attributes differ from the winner's".into()
     })?;
