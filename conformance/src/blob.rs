@@ -81,7 +81,7 @@ impl SuiteReport {
         let failures = self.failures();
         assert!(
             failures.is_empty(),
-            "blob suite failures:\n  {}",
+            "suite failures:\n  {}",
             failures.join("\n  ")
         );
     }

@@ -263,17 +263,29 @@ async fn close_refuses_queued_and_later_writes() {
 #[tokio::test(start_paused = true)]
 async fn committed_hook_reports_sequences() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let hook_seen = seen.clone();
+    let (hook, mut seen) = tokio::sync::mpsc::unbounded_channel();
     let c = start(memory, WorldState::genesis(WORLD), 1, move |c| {
-        c.on_committed = Some(Arc::new(move |s| hook_seen.lock().unwrap().push(s)));
+        c.on_committed = Some(Arc::new(move |s| {
+            let _ = hook.send(s);
+        }));
     });
     for i in 0..3 {
         submit(&c, publish(&format!("/{i}.md"), "x")).await.unwrap();
         tokio::task::yield_now().await;
     }
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(*seen.lock().unwrap(), [2, 3, 4]);
+    assert_eq!(next_sequences(&mut seen, 3).await, [2, 3, 4]);
+}
+
+/// The next `n` sequences a committed hook reported, in order (waits for them).
+async fn next_sequences(
+    hook: &mut tokio::sync::mpsc::UnboundedReceiver<u64>,
+    n: usize,
+) -> Vec<u64> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(hook.recv().await.expect("the committer keeps its hook"));
+    }
+    out
 }
 
 /// Two stores race one path from the same base: exactly one write wins.
@@ -357,10 +369,11 @@ async fn a_peer_slot_rebuilds_only_the_members_it_touched() {
     submit(&setup, publish("/x.md", "x1")).await.unwrap();
     let state = setup.state();
     let slow = Arc::new(TestStore::new(memory.clone()));
-    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let hook_seen = seen.clone();
+    let (hook, mut seen) = tokio::sync::mpsc::unbounded_channel();
     let a = start(slow.clone(), state.clone(), 1, move |c| {
-        c.on_committed = Some(Arc::new(move |s| hook_seen.lock().unwrap().push(s)));
+        c.on_committed = Some(Arc::new(move |s| {
+            let _ = hook.send(s);
+        }));
     });
     let peer = start(memory.clone(), state, 2, |_| {});
     slow.hold("log/");
@@ -401,14 +414,14 @@ async fn a_peer_slot_rebuilds_only_the_members_it_touched() {
     assert!(state == a.state());
     assert_eq!(state.sequence(), 7);
     // The hook reported the slot that beat this store, then its own.
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(*seen.lock().unwrap(), [3, 7]);
-    // A refresh that installs a peer's slot is not this committer's news.
+    assert_eq!(next_sequences(&mut seen, 2).await, [3, 7]);
+    // A refresh that installs a peer's slot (8) is not this committer's news: the next
+    // sequence the hook reports is this store's own next commit (9).
     submit(&peer, publish("/later.md", "l")).await.unwrap();
     a.refresh().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(*seen.lock().unwrap(), [3, 7]);
     assert_eq!(a.state().sequence(), 8);
+    submit(&a, publish("/own.md", "o")).await.unwrap();
+    assert_eq!(next_sequences(&mut seen, 1).await, [9]);
 }
 
 /// `stores` committers over one bucket, `writers` writers each: every acknowledged write is
