@@ -50,12 +50,12 @@ use quire_log::{
     keys, tip,
 };
 use tokio::sync::{oneshot, watch};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::{ChangeEvent, ChangeHub};
 use crate::contract::{ChangeSource, Follower, Precondition, ReadView, SEARCH_FRESHNESS, Store};
 use crate::ctx::Ctx;
+use crate::elapsed::{Elapsed, TokioElapsed};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::snapshot::{Freshness, LogPrecondition, Snapshot, SnapshotSource, SnapshotView};
 use crate::types::{ArchiveRequest, ArchiveResult, Document, Prune, WriteRequest};
@@ -84,6 +84,8 @@ pub struct BucketOptions {
     pub seed: u64,
     /// Events the change hub keeps (0, or a read-only store: no hub, WATCH unsupported).
     pub change_ring: usize,
+    /// Measures the catalog freshness window ([`SEARCH_FRESHNESS`]).
+    pub elapsed: Arc<dyn Elapsed>,
 }
 
 impl Default for BucketOptions {
@@ -99,6 +101,7 @@ impl Default for BucketOptions {
             on_committed: None,
             seed: rand::random(),
             change_ring: 0,
+            elapsed: Arc::new(TokioElapsed::default()),
         }
     }
 }
@@ -123,7 +126,7 @@ struct Served {
     snapshot: Arc<Snapshot>,
     /// When the probe that confirmed the served state began; `None` after a peer hint
     /// beyond it.
-    confirmed: Option<Instant>,
+    confirmed: Option<Duration>,
 }
 
 /// What views and writes share.
@@ -133,6 +136,7 @@ struct Shared {
     /// `None` for a read-only store.
     committer: Option<Committer>,
     served: Mutex<Served>,
+    elapsed: Arc<dyn Elapsed>,
 }
 
 impl fmt::Debug for Shared {
@@ -163,7 +167,7 @@ impl Shared {
 
     /// Serves `state` if it is ahead (advancing the catalog by the changed documents) and
     /// returns the served snapshot; `confirmed` marks a probe that began then.
-    fn install(&self, state: WorldState, confirmed: Option<Instant>) -> Arc<Snapshot> {
+    fn install(&self, state: WorldState, confirmed: Option<Duration>) -> Arc<Snapshot> {
         let mut served = self.lock();
         if let Some(at) = confirmed
             && served.confirmed.is_none_or(|old| old < at)
@@ -180,7 +184,7 @@ impl Shared {
 
     /// Probes the log's tip and replays what it finds.
     async fn refresh(&self) -> Result<Arc<Snapshot>> {
-        let started = Instant::now();
+        let started = self.elapsed.now();
         let state = match &self.committer {
             Some(committer) => committer.refresh().await?,
             None => {
@@ -214,7 +218,7 @@ impl SnapshotSource for BucketSource {
             let fresh = shared
                 .lock()
                 .confirmed
-                .is_some_and(|at| at.elapsed() < SEARCH_FRESHNESS);
+                .is_some_and(|at| shared.elapsed.now().saturating_sub(at) < SEARCH_FRESHNESS);
             if fresh {
                 // Own writes are in the committer's state before they are answered.
                 return Ok(shared.install(shared.known(), None));
@@ -420,8 +424,9 @@ impl BucketStore {
             committer,
             served: Mutex::new(Served {
                 snapshot: Arc::new(Snapshot::new(state)),
-                confirmed: Some(Instant::now()),
+                confirmed: Some(options.elapsed.now()),
             }),
+            elapsed: options.elapsed.clone(),
         });
         let compaction = match (&options.compaction, options.read_only) {
             (Some(policy), false) => Some(start_compactor(replica, policy.clone(), &options)),

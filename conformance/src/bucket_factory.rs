@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use quire_backend::Ctx;
 use quire_backend::Store;
 use quire_backend::bucket::{BucketOptions, BucketStore};
+use quire_backend::elapsed::ManualElapsed;
 use quire_blob::BlobStore;
 use quire_log::{Clock, DocPath, Location, keys};
 
@@ -106,6 +108,8 @@ struct BucketWorld {
     blobs: Arc<dyn BlobStore>,
     options: BucketOptions,
     joined: AtomicU64,
+    /// Every replica's freshness clock.
+    elapsed: Arc<ManualElapsed>,
 }
 
 #[async_trait]
@@ -118,12 +122,20 @@ impl ReplicaWorld for BucketWorld {
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(store))
     }
+
+    fn lapse(&self, by: Duration) {
+        self.elapsed.advance(by);
+    }
 }
 
 #[async_trait]
 impl ReplicaFactory for BucketFactory {
     async fn open_world(&self, clock: Arc<dyn Clock>) -> Result<Box<dyn ReplicaWorld>, String> {
-        let options = self.options(clock);
+        let elapsed = Arc::new(ManualElapsed::default());
+        let options = BucketOptions {
+            elapsed: elapsed.clone(),
+            ..self.options(clock)
+        };
         // The first replica creates the world; the others join it.
         let first = BucketStore::open(self.blobs.clone(), options.clone())
             .await
@@ -136,6 +148,7 @@ impl ReplicaFactory for BucketFactory {
                 ..options
             },
             joined: AtomicU64::new(0),
+            elapsed,
         }))
     }
 }

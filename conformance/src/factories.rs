@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use quire_backend::Store;
@@ -103,6 +104,9 @@ impl ReplicaWorld for SharedReplica {
     async fn replica(&self) -> Result<Arc<dyn Store>, String> {
         Ok(self.0.clone())
     }
+
+    /// One shared store reads its own writes: it has no freshness window.
+    fn lapse(&self, _by: Duration) {}
 }
 
 /// Every model "replica" is the same model store.

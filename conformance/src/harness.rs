@@ -5,6 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -62,6 +63,11 @@ pub trait ReplicaWorld: Send + Sync {
     /// One more replica serving the world. A single-writer backend (the file store) returns
     /// the same store every time: it is one replica shared by every caller.
     async fn replica(&self) -> Result<Arc<dyn Store>, String>;
+
+    /// Lets `by` pass on the clock every replica measures its catalog freshness window
+    /// with, so a case can pass the window without waiting for it. A world whose replicas
+    /// read the current state on every call has no window and ignores this.
+    fn lapse(&self, by: Duration);
 }
 
 /// Opens a view, runs one read on it, closes it.
