@@ -263,6 +263,15 @@ async fn walk(ctx: &Ctx, reader: &dyn Reader, progress: Progress) -> (Vec<String
     let spinner = progress.spinner("listing documents");
     let mut documents = BTreeSet::new();
     let mut failures = Vec::new();
+    // An exact read first pins the view on a state holding every write acknowledged by any
+    // replica; the listings that follow (catalog reads) then read that same state.
+    if let Err(error) = reader.is_dir(ctx, "/").await {
+        failures.push(Failure {
+            path: "/".to_owned(),
+            detail: error.to_string(),
+        });
+        return (Vec::new(), failures);
+    }
     let mut directories = vec!["/".to_owned()];
     while let Some(dir) = directories.pop() {
         let mut options = ListOptions {

@@ -125,6 +125,9 @@ async fn import_then_export_gives_back_the_same_files() {
     let store = open(bucket.path(), Access::ReadOnly).await;
     let out = tempfile::tempdir().unwrap();
     let target = out.path().join("export");
+    let report = verify(store.as_ref(), Progress::Hidden).await.unwrap();
+    assert!(report.is_healthy(), "{report:?}");
+    assert_eq!((report.documents, report.versions), (4, 4));
     let exported = export(
         store.as_ref(),
         &target,
@@ -303,4 +306,98 @@ async fn an_unknown_world_is_refused_by_name() {
     assert_eq!(error.kind(), world_tools::ErrorKind::UnknownWorld);
     assert_eq!(error.key(), "other");
     assert!(error.to_string().contains("notes"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archived_documents_are_verified_and_exported_only_when_asked() {
+    let bucket = tempfile::tempdir().unwrap();
+    let source = tempfile::tempdir().unwrap();
+    sample_tree(source.path());
+    let store = open(bucket.path(), Access::Writable).await;
+    import(&store, source.path(), Progress::Hidden)
+        .await
+        .unwrap();
+    let archived = store
+        .set_archived(
+            &Ctx::new(),
+            quire_backend::ArchiveRequest::new("/notes/deep/b.md", true),
+        )
+        .await
+        .unwrap();
+    assert!(archived.changed);
+
+    let report = verify(store.as_ref(), Progress::Hidden).await.unwrap();
+    assert!(report.is_healthy(), "{report:?}");
+    assert_eq!(report.documents, 4, "archived documents are verified too");
+
+    let out = tempfile::tempdir().unwrap();
+    let live = export(
+        store.as_ref(),
+        &out.path().join("live"),
+        ExportOptions::default(),
+        Progress::Hidden,
+    )
+    .await
+    .unwrap();
+    assert_eq!((live.documents, live.archived_skipped), (3, 1));
+    assert!(!out.path().join("live/notes/deep/b.md").exists());
+    let everything = ExportOptions {
+        include_archived: true,
+        ..ExportOptions::default()
+    };
+    let all = export(
+        store.as_ref(),
+        &out.path().join("all"),
+        everything,
+        Progress::Hidden,
+    )
+    .await
+    .unwrap();
+    assert_eq!((all.documents, all.archived_skipped), (4, 0));
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("all/notes/deep/b.md")).unwrap(),
+        "# B\n"
+    );
+
+    // Importing onto an archived document is refused for that file only.
+    let again = import(&store, source.path(), Progress::Hidden)
+        .await
+        .unwrap();
+    assert_eq!(again.unchanged, 3);
+    assert_eq!(again.invalid.len(), 1, "{again:?}");
+    assert!(again.invalid[0].path.ends_with("b.md"), "{again:?}");
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_work_on_a_world_that_is_not_a_bucket_store() {
+    let root = tempfile::tempdir().unwrap();
+    let source = tempfile::tempdir().unwrap();
+    sample_tree(source.path());
+    let text = format!(
+        "[[worlds]]\nname = \"plain\"\n\n[worlds.backend]\nkind = \"file\"\nroot = {:?}\n",
+        root.path().display().to_string()
+    );
+    let config = Config::parse(&text, "test").unwrap();
+    let (_, store) = open_world(&config, Some("plain"), &wiring::Backends, Access::Writable)
+        .await
+        .unwrap();
+    let imported = import(&store, source.path(), Progress::Hidden)
+        .await
+        .unwrap();
+    assert_eq!(imported.created, 4);
+    let report = verify(store.as_ref(), Progress::Hidden).await.unwrap();
+    assert!(report.is_healthy(), "{report:?}");
+    assert_eq!(report.documents, 4);
+    let out = tempfile::tempdir().unwrap();
+    export(
+        store.as_ref(),
+        out.path(),
+        ExportOptions::default(),
+        Progress::Hidden,
+    )
+    .await
+    .unwrap();
+    assert_eq!(files(out.path()), files(source.path()));
+    store.close().await;
 }
