@@ -12,6 +12,7 @@
 //! - [`config`]: the strict TOML configuration (listeners, TLS, worlds with their backend,
 //!   authorities, tokens, limits and publish policy) and the embedded default.
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
+//! - [`world_tools`]: `quire world verify | export | import` over one configured world.
 //!
 //! The Mark protocol over QUIC and WATCH are not served yet; the HTTP gateway is.
 
@@ -22,6 +23,7 @@ pub mod http;
 pub mod limits;
 pub mod mark;
 pub mod wiring;
+pub mod world_tools;
 pub mod worlds;
 
 /// `line N: message` for a TOML error, so every file error names its line.

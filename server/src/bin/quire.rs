@@ -1,5 +1,6 @@
 //! The `quire` command: `serve` runs the knowledge server, `token new` makes a capability
-//! token, and the client verbs talk to a server over its HTTP gateway.
+//! token, `world` verifies, exports or imports a configured world, and the client verbs talk
+//! to a server over its HTTP gateway.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use quire_server::auth::{Operation, TokenEntrySpec, TokenSecret};
 use quire_server::config::Config;
 use quire_server::worlds::Worlds;
-use quire_server::{http, wiring};
+use quire_server::{http, wiring, world_tools};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,6 +34,11 @@ enum Command {
         /// Override the HTTP gateway address.
         #[arg(long)]
         http: Option<std::net::SocketAddr>,
+    },
+    /// Verify, export or import a configured world.
+    World {
+        #[command(subcommand)]
+        command: world_tools::WorldCommand,
     },
     /// Capability tokens.
     Token {
@@ -147,6 +153,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { config, http } => serve(config, http).await,
         Command::Token { command } => token(command),
+        Command::World { command } => world_tools::run(command, &wiring::Backends).await,
         Command::Fetch(target) => call(reqwest::Method::GET, &target, &[], None, None).await,
         Command::List {
             target,
