@@ -27,6 +27,9 @@
 //!   [`ChangeHub`] from the log: every slot its committer installs (its own, and peers' it
 //!   learned of) is read back and its entries published. The epoch is the world id, since
 //!   sequences are the log's own: WATCH resumes across restarts and replicas.
+//! - **Stats.** Every blob request the store makes (reads, the committer's slot creates,
+//!   the compactor's checkpoints) is counted by a [`Metered`] wrapper; with the committer's
+//!   counters they are [`Store::stats`].
 //! - **The `committed` hook** ([`BucketOptions::on_committed`]) sees every sequence this
 //!   store's committer learned the log reached: a server forwards them to peers as hints.
 //!
@@ -40,7 +43,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use quire_blob::BlobStore;
+use quire_blob::{BlobStore, Metered};
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::{Compactor, OpenOptions, Policy, Replica, Step};
 use quire_log::build::{Mutation, PreparedWrite};
@@ -58,7 +61,9 @@ use crate::ctx::Ctx;
 use crate::elapsed::{Elapsed, TokioElapsed};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::snapshot::{Freshness, LogPrecondition, Snapshot, SnapshotSource, SnapshotView};
-use crate::types::{ArchiveRequest, ArchiveResult, Document, Prune, WriteRequest};
+use crate::types::{
+    ArchiveRequest, ArchiveResult, CommitCounters, Document, Prune, StoreStats, WriteRequest,
+};
 
 /// How a bucket store behaves. [`Default`] gives production values.
 #[derive(Clone)]
@@ -86,6 +91,10 @@ pub struct BucketOptions {
     pub change_ring: usize,
     /// Measures the catalog freshness window ([`SEARCH_FRESHNESS`]).
     pub elapsed: Arc<dyn Elapsed>,
+    /// The publish policy document, when writes carry a policy precondition: a slot another
+    /// store won that touched it makes every queued member with a precondition rebuild, so
+    /// a rebased write is judged by the policy as it now stands.
+    pub policy_path: Option<DocPath>,
 }
 
 impl Default for BucketOptions {
@@ -102,6 +111,7 @@ impl Default for BucketOptions {
             seed: rand::random(),
             change_ring: 0,
             elapsed: Arc::new(TokioElapsed::default()),
+            policy_path: None,
         }
     }
 }
@@ -116,6 +126,7 @@ impl fmt::Debug for BucketOptions {
             .field("compaction", &self.compaction)
             .field("compact_every", &self.compact_every)
             .field("change_ring", &self.change_ring)
+            .field("policy_path", &self.policy_path)
             .finish_non_exhaustive()
     }
 }
@@ -335,6 +346,8 @@ struct Inner {
     hub: Option<Arc<ChangeHub>>,
     /// Stops the change feed.
     feed: CancellationToken,
+    /// Counts every blob request the store makes.
+    meter: Metered,
 }
 
 impl Drop for Inner {
@@ -366,6 +379,8 @@ impl BucketStore {
     /// checkpoint and replay of the log after it. A writable open of an empty prefix creates
     /// the world first; a read-only open of one is not found.
     pub async fn open(blobs: Arc<dyn BlobStore>, options: BucketOptions) -> Result<BucketStore> {
+        let meter = Metered::new(blobs);
+        let blobs: Arc<dyn BlobStore> = Arc::new(meter.clone());
         let prefix = options.prefix.clone();
         let marker = keys::marker_key(&prefix);
         if !options.read_only {
@@ -414,6 +429,7 @@ impl BucketStore {
                 max_documents: options.max_documents,
                 seed: options.seed,
                 on_committed: options.on_committed.clone(),
+                policy_path: options.policy_path.clone(),
                 ..CommitterConfig::default()
             };
             Committer::start(blobs.clone(), state.clone(), options.clock.clone(), config)
@@ -455,6 +471,7 @@ impl BucketStore {
                 read_only: options.read_only,
                 closed: AtomicBool::new(false),
                 compaction,
+                meter,
             }),
         })
     }
@@ -741,6 +758,23 @@ impl Store for BucketStore {
         inner.feed.cancel();
         if let Some(hub) = &inner.hub {
             hub.close();
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        let commits = self.inner.shared.committer.as_ref().map(|committer| {
+            let counters = committer.counters();
+            CommitCounters {
+                batches_by_size: counters.slots_by_entries,
+                slots_won: counters.slots_won,
+                slots_lost: counters.slots_lost,
+                members_rebuilt: counters.members_rebuilt,
+                members_kept: counters.members_kept,
+            }
+        });
+        StoreStats {
+            commits,
+            blobs: Some(self.inner.meter.reading()),
         }
     }
 }

@@ -36,13 +36,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use quire_index::{CatalogMatch, CatalogQuery};
 use quire_log::build::PreparedWrite;
-use quire_log::{DocPath, Hash};
+use quire_log::{DocPath, DocSummary, Hash};
 
 use crate::changes::ChangeHub;
 use crate::ctx::Ctx;
 use crate::error::Result;
 use crate::types::{
-    ArchiveRequest, ArchiveResult, DirEntry, Document, ListOptions, VersionInfo, WriteRequest,
+    ArchiveRequest, ArchiveResult, DirEntry, Document, ListOptions, StoreStats, VersionInfo,
+    WriteRequest,
 };
 
 /// How far a catalog read may trail a write acknowledged on another replica.
@@ -56,6 +57,27 @@ pub trait Reader: Send + Sync {
     /// archived through version 0 (FETCH answers `archived`); its pinned versions read as
     /// usual, not marked. Exact.
     async fn get(&self, ctx: &Ctx, path: &str, version: u64) -> Result<Document>;
+
+    /// The current version's summary (version, ETag, body hash, archive state) without
+    /// reading its bytes where the backend can: what a precondition needs to tell whether a
+    /// document changed. Exact. The default reads the document.
+    async fn current(&self, ctx: &Ctx, path: &str) -> Result<DocSummary> {
+        let doc = self.get(ctx, path, 0).await?;
+        let first = self
+            .versions(ctx, path)
+            .await?
+            .last()
+            .map_or(doc.version, |v| v.version);
+        Ok(DocSummary {
+            path: doc.path,
+            version: doc.version,
+            first,
+            archived: doc.archived,
+            etag: doc.etag,
+            body_hash: doc.content_hash,
+            modified: doc.modified,
+        })
+    }
 
     /// The immediate children of directory `dir` (`/` for the root): unique names in
     /// strictly increasing byte order, windowed by `options` (`after` exclusive, `limit`).
@@ -155,4 +177,10 @@ pub trait Store: ChangeSource + Follower + Send + Sync + Debug {
 
     /// Stops background work and refuses later writes; reads keep working. Idempotent.
     async fn close(&self);
+
+    /// Counters of the store's own work since it opened, for metrics. Cheap; never blocks
+    /// on storage. The default reports nothing.
+    fn stats(&self) -> StoreStats {
+        StoreStats::default()
+    }
 }

@@ -45,6 +45,6 @@ pub use quire_log::build::PreparedWrite;
 pub use quire_log::metadata::Metadata;
 pub use quire_log::{DocPath, DocSummary, Hash, Timestamp};
 pub use types::{
-    ArchiveRequest, ArchiveResult, DirEntry, Document, ListOptions, Prune, VersionInfo,
-    WriteRequest,
+    ArchiveRequest, ArchiveResult, CommitCounters, DirEntry, Document, ListOptions, Prune,
+    StoreStats, VersionInfo, WriteRequest,
 };

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use quire_index::{CatalogIndex, CatalogMatch, CatalogQuery, MatchMode};
 use quire_log::path::clean;
 use quire_log::version::StoredVersion;
-use quire_log::{DocPath, DocState, Hash, VersionRecord, WorldState};
+use quire_log::{DocPath, DocState, DocSummary, Hash, VersionRecord, WorldState};
 use tokio::sync::OnceCell;
 
 use crate::contract::{ReadView, Reader};
@@ -279,6 +279,12 @@ impl Reader for SnapshotView {
             record.modified,
             requested == 0 && doc.archived,
         ))
+    }
+
+    /// From the snapshot's record alone: no bytes read.
+    async fn current(&self, ctx: &Ctx, raw: &str) -> Result<DocSummary> {
+        let (_, doc) = self.doc(ctx, Op::Get, raw).await?;
+        Ok(doc.summary())
     }
 
     async fn list_entries(

@@ -1,10 +1,12 @@
 //! The values that cross the backend contract: documents, versions, listing options, write
-//! and archive requests.
+//! and archive requests, and the counters a store reports for metrics.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use quire_blob::MeterReading;
 use quire_log::metadata::Metadata;
 use quire_log::version::StoredVersion;
 use quire_log::{DocPath, DocSummary, Hash, Timestamp};
@@ -184,4 +186,29 @@ pub struct ArchiveResult {
     pub document: DocSummary,
     /// Whether the archived flag changed (false: it already was as asked).
     pub changed: bool,
+}
+
+/// What a store reports about its own work, for metrics: counters since it opened. A part the
+/// store does not have (a file store commits no slots and makes no blob requests) is `None`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub commits: Option<CommitCounters>,
+    /// Requests, failures and bytes per blob operation.
+    pub blobs: Option<MeterReading>,
+}
+
+/// The group committer's work.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommitCounters {
+    /// Slots sealed by the number of writes they carry (a slot rebuilt after a lost race
+    /// counts again).
+    pub batches_by_size: BTreeMap<usize, u64>,
+    /// Slot creates this store won.
+    pub slots_won: u64,
+    /// Slot races lost to another store.
+    pub slots_lost: u64,
+    /// Members rebuilt (preconditions run again) after a lost race.
+    pub members_rebuilt: u64,
+    /// Members kept as built after a lost race.
+    pub members_kept: u64,
 }

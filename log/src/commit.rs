@@ -44,7 +44,7 @@
 //! The served state ([`Committer::state`]) advances only by installing states that are
 //! further along the log: this store's confirmed slots, slots that beat it, and refreshes.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -205,6 +205,9 @@ pub struct Outcome {
 pub struct CommitStats {
     /// Members per batch sealed, in order (a batch rebuilt after a lost race counts again).
     pub batch_sizes: Vec<usize>,
+    /// Slots sealed (each created or lost, never both) by their entry count: bounded, for
+    /// metrics (the list above grows with every batch).
+    pub slots_by_entries: BTreeMap<usize, u64>,
     pub slots_won: u64,
     pub slots_lost: u64,
     /// Members rebuilt after a lost race.
@@ -480,6 +483,21 @@ impl Committer {
 
     pub fn stats(&self) -> CommitStats {
         self.shared.stats().clone()
+    }
+
+    /// The counters without the per-batch list: cheap to take at every metrics scrape.
+    pub fn counters(&self) -> CommitStats {
+        let stats = self.shared.stats();
+        CommitStats {
+            batch_sizes: Vec::new(),
+            slots_by_entries: stats.slots_by_entries.clone(),
+            slots_won: stats.slots_won,
+            slots_lost: stats.slots_lost,
+            members_rebuilt: stats.members_rebuilt,
+            members_kept: stats.members_kept,
+            yields: stats.yields,
+            handoffs: stats.handoffs,
+        }
     }
 
     /// Refuses queued and later writes with [`ErrorKind::Closed`], lets a slot being
@@ -1212,7 +1230,17 @@ impl Actor {
                 let sealed = self.seal(front);
                 let size = front.members.len();
                 let short = size < front.cap;
-                self.shared.stats().batch_sizes.push(size);
+                {
+                    let mut stats = self.shared.stats();
+                    stats.batch_sizes.push(size);
+                    let slot = sealed.as_ref().ok().and_then(|s| s.slot.as_ref());
+                    if let Some(slot) = slot {
+                        *stats
+                            .slots_by_entries
+                            .entry(slot.slot.entries.len())
+                            .or_default() += 1;
+                    }
+                }
                 if short {
                     self.limit = self.shared.config.batch_start;
                 }

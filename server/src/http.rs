@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 
 use crate::handlers::{self, RETRY_AFTER_KEY};
 use crate::mark::{MAX_BODY, Request, Response, Status, Verb};
+use crate::store_metrics::StoreCollector;
 use crate::worlds::Worlds;
 
 /// Request headers carrying publisher metadata: `Meta-<key>: <value>`.
@@ -90,6 +91,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The gateway's metrics plus every world's store metrics (`crate::store_metrics`).
+    pub fn for_worlds(worlds: Arc<Worlds>) -> Metrics {
+        let mut metrics = Metrics::default();
+        metrics
+            .registry
+            .register_collector(Box::new(StoreCollector::new(worlds)));
+        metrics
+    }
+
     fn observe(&self, world: &str, verb: Verb, status: Status, started: Instant) {
         self.requests
             .get_or_create(&RequestLabels {
@@ -123,8 +133,8 @@ struct Gateway {
 /// The gateway's routes over `worlds`.
 pub fn router(worlds: Arc<Worlds>) -> Router {
     let gateway = Gateway {
+        metrics: Arc::new(Metrics::for_worlds(worlds.clone())),
         worlds,
-        metrics: Arc::new(Metrics::default()),
     };
     Router::new()
         .route("/livez", get(|| async { "ok\n" }))

@@ -11,6 +11,8 @@
 //!   open watches) with retry hints.
 //! - [`config`]: the strict TOML configuration (listeners, TLS, worlds with their backend,
 //!   authorities, tokens, limits and publish policy) and the embedded default.
+//! - [`policy`]: the publish policy document and the store decorator that enforces it.
+//! - [`store_metrics`]: per-world store metrics (commit batches, slot races, blob traffic).
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
 //! - [`world_tools`]: `quire world verify | export | import` over one configured world.
 //!
@@ -22,6 +24,8 @@ pub mod handlers;
 pub mod http;
 pub mod limits;
 pub mod mark;
+pub mod policy;
+pub mod store_metrics;
 pub mod wiring;
 pub mod world_tools;
 pub mod worlds;

@@ -54,6 +54,7 @@ impl StoreFactory for Backends {
                     world: expected,
                     read_only: world.read_only,
                     max_documents: world.max_documents.map_or(0, |n| n.get()),
+                    policy_path: world.policy.enforce.then(crate::policy::policy_path),
                     ..BucketOptions::default()
                 };
                 let store = BucketStore::open(blobs, options)

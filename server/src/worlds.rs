@@ -1,6 +1,7 @@
 //! The world manager: every configured world opened through the backend contract by one
 //! [`StoreFactory`], with its tokens and limits, found by name or by authority (the Host
-//! header or SNI). It never names a concrete backend; `wiring` supplies the factory.
+//! header or SNI). It never names a concrete backend; `wiring` supplies the factory. Each
+//! store is wrapped in its publish policy (`crate::policy`) as it opens.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -70,6 +71,9 @@ impl Worlds {
         for world_config in &config.worlds {
             let name = world_config.name.as_str().to_owned();
             let store = factory.open(world_config).await?;
+            let store = crate::policy::open(store, &world_config.policy, world_config.read_only)
+                .await
+                .map_err(|detail| OpenError::new(&name, detail))?;
             let (auth, token) = authorizer(world_config)?;
             if let Some(secret) = token {
                 development.push(DevelopmentToken {

@@ -316,3 +316,104 @@ async fn world_manager_serves_a_file_store_world() {
     let get = c.get(server.url("/a.md")).send().await.unwrap();
     assert_eq!(get.text().await.unwrap(), "hello");
 }
+
+/// The value of the sample `name{labels}` in a Prometheus text exposition, where `labels`
+/// must all appear in the sample's label set.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (metric, label_text) = series.split_once('{').unwrap_or((series, "}"));
+        let label_text = label_text.strip_suffix('}')?;
+        let has_all = labels.iter().all(|(k, v)| {
+            label_text
+                .split(',')
+                .any(|pair| pair == format!("{k}=\"{v}\""))
+        });
+        (metric == name && has_all).then(|| value.parse().ok())?
+    })
+}
+
+#[tokio::test]
+async fn a_bucket_world_enforces_its_seeded_policy_and_reports_store_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("policy.md");
+    std::fs::write(
+        &seed,
+        "---\nstrictness: block\nrequire_tags: domain\n---\n# Publish policy\n",
+    )
+    .unwrap();
+    let text = format!(
+        "[[worlds]]\nname = \"kb\"\n\n[worlds.backend]\nkind = \"bucket\"\ndriver = \"memory\"\n\n\
+         [worlds.auth]\ndevelopment_token = true\n\n[worlds.policy]\nrequired = true\nseed_file = {seed:?}\n"
+    );
+    let config = Config::parse(&text, "test").unwrap();
+    let (worlds, tokens) = Worlds::open(&config, &wiring::Backends).await.unwrap();
+    let secret = tokens[0].secret.as_str().to_owned();
+    let server = serve(worlds, dir).await;
+    let c = &server.client;
+
+    let seeded = c
+        .get(server.url("/.well-known/demarkus/policy.md"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(seeded.status(), StatusCode::OK);
+    assert_eq!(header(&seeded, "mark-version"), "1");
+
+    let untagged = c
+        .put(server.url("/docs/a.md"))
+        .bearer_auth(&secret)
+        .body("# A\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(untagged.status(), StatusCode::BAD_REQUEST);
+    let refusal = untagged.text().await.unwrap();
+    assert!(
+        refusal.contains("publish policy (block) refused this write:\n- missing-tag: domain"),
+        "{refusal}"
+    );
+    for i in 0..3 {
+        let tagged = c
+            .put(server.url(&format!("/docs/{i}.md")))
+            .bearer_auth(&secret)
+            .header("meta-tags", "domain:storage")
+            .body(format!("# Doc {i}\n"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(tagged.status(), StatusCode::CREATED);
+    }
+
+    let metrics = c
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let world = [("world", "kb")];
+    // The seed and three tagged documents: at least one slot, four writes in all.
+    let batches = sample(&metrics, "quire_commit_batch_size_count", &world).unwrap();
+    let written = sample(&metrics, "quire_commit_batch_size_sum", &world).unwrap();
+    assert!(batches >= 1.0, "{metrics}");
+    assert_eq!(written, 4.0, "{metrics}");
+    let infinite = [("world", "kb"), ("le", "+Inf")];
+    assert_eq!(
+        sample(&metrics, "quire_commit_batch_size_bucket", &infinite),
+        Some(batches)
+    );
+    let won = sample(&metrics, "quire_commit_slots_won_total", &world).unwrap();
+    assert_eq!(won, batches, "{metrics}");
+    assert_eq!(
+        sample(&metrics, "quire_commit_slot_races_lost_total", &world),
+        Some(0.0)
+    );
+    let creates = [("world", "kb"), ("op", "create")];
+    assert!(sample(&metrics, "quire_blob_requests_total", &creates).unwrap() >= batches);
+    let up = [("world", "kb"), ("direction", "up")];
+    assert!(sample(&metrics, "quire_blob_bytes_total", &up).unwrap() > 0.0);
+    let down = [("world", "kb"), ("direction", "down")];
+    assert!(sample(&metrics, "quire_blob_bytes_total", &down).is_some());
+}
