@@ -26,7 +26,10 @@
 //! - **Changes.** With [`BucketOptions::change_ring`] > 0 a writable store feeds a
 //!   [`ChangeHub`] from the log: every slot its committer installs (its own, and peers' it
 //!   learned of) is read back and its entries published. The epoch is the world id, since
-//!   sequences are the log's own: WATCH resumes across restarts and replicas.
+//!   sequences are the log's own: WATCH resumes across restarts and replicas. The store
+//!   learns of peers' commits from hints ([`Follower::follow`]), from its own reads and
+//!   writes, and, while a watcher waits in the hub, from a poll of the log every
+//!   [`FOLLOW_POLL`].
 //! - **Stats.** Every blob request the store makes (reads, the committer's slot creates,
 //!   the compactor's checkpoints) is counted by a [`Metered`] wrapper; with the committer's
 //!   counters they are [`Store::stats`].
@@ -64,6 +67,10 @@ use crate::snapshot::{Freshness, LogPrecondition, Snapshot, SnapshotSource, Snap
 use crate::types::{
     ArchiveRequest, ArchiveResult, CommitCounters, Document, Prune, StoreStats, WriteRequest,
 };
+
+/// How often a store whose change hub has watchers probes the log for peers' commits (a
+/// backstop for lost peer hints).
+pub const FOLLOW_POLL: Duration = Duration::from_secs(5);
 
 /// How a bucket store behaves. [`Default`] gives production values.
 #[derive(Clone)]
@@ -596,6 +603,8 @@ impl BucketStore {
 
 /// Publishes the entries of every slot the committer installs, read back from the bucket.
 /// A slot that cannot be read is skipped (watchers resync) rather than stalling the feed.
+/// While the hub has watchers, the log is probed every [`FOLLOW_POLL`] so peers' commits
+/// reach them even when no hint arrives.
 fn start_feed(
     shared: &Arc<Shared>,
     committer: &Committer,
@@ -603,9 +612,12 @@ fn start_feed(
     stop: CancellationToken,
 ) {
     let mut states = committer.subscribe();
+    let shared = shared.clone();
     let blobs = shared.blobs.clone();
     let prefix = shared.prefix.clone();
     let mut fed = hub.head();
+    let mut poll = tokio::time::interval_at(Instant::now() + FOLLOW_POLL, FOLLOW_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::spawn(async move {
         loop {
             let target = states.borrow_and_update().sequence();
@@ -634,6 +646,14 @@ fn start_feed(
             tokio::select! {
                 () = stop.cancelled() => return,
                 changed = states.changed() => if changed.is_err() { return },
+                _ = poll.tick() => {
+                    if hub.watchers() > 0 && !hub.is_closed() {
+                        // A refresh installs what it finds; the next turn publishes it.
+                        if let Err(error) = shared.refresh().await {
+                            tracing::warn!(%error, "change feed poll failed");
+                        }
+                    }
+                }
             }
         }
     });

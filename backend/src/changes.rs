@@ -11,6 +11,9 @@ use std::sync::Mutex;
 use quire_log::{DocPath, EntryOp, Hash};
 use tokio::sync::watch;
 
+/// The events a hub keeps when the server enables WATCH (the reference's ring size).
+pub const DEFAULT_RING: usize = 4096;
+
 /// One committed change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChangeEvent {
@@ -135,6 +138,12 @@ impl ChangeHub {
         self.heads.subscribe()
     }
 
+    /// How many readers follow the head right now (each open WATCH holds one): a replica
+    /// polls the bucket for peers' commits only while someone waits.
+    pub fn watchers(&self) -> usize {
+        self.heads.receiver_count()
+    }
+
     /// Follows the closed flag.
     pub fn watch_closed(&self) -> watch::Receiver<bool> {
         self.closed.subscribe()
@@ -182,6 +191,11 @@ mod tests {
         assert_eq!(hub.since(5).unwrap()[0].sequence, 6);
         hub.skip(9);
         assert_eq!(hub.since(6), Err(Resync { head: 9 }));
+        assert_eq!(hub.watchers(), 0);
+        let follower = hub.watch_head();
+        assert_eq!(hub.watchers(), 1);
+        drop(follower);
+        assert_eq!(hub.watchers(), 0);
         assert!(!hub.is_closed());
         hub.close();
         assert!(*hub.watch_closed().borrow());

@@ -283,3 +283,50 @@ async fn the_change_hub_carries_own_and_peer_commits_and_closes_with_the_store()
     assert!(hub.is_closed());
     peer.close().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_watched_hub_polls_the_log_for_peer_commits_without_hints() {
+    use quire_backend::ChangeSource;
+    use quire_backend::bucket::FOLLOW_POLL;
+
+    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let follower = BucketStore::open(
+        blobs.clone(),
+        BucketOptions {
+            change_ring: 16,
+            ..options("w/")
+        },
+    )
+    .await
+    .unwrap();
+    let writer = BucketStore::open(blobs.clone(), options("w/"))
+        .await
+        .unwrap();
+    let hub = follower.changes().expect("a change hub");
+    let start = hub.head();
+
+    // Nobody watches: the peer's commit is not looked for.
+    publish(&writer, "/unwatched.md", "x").await;
+    tokio::time::sleep(FOLLOW_POLL * 3).await;
+    assert_eq!(hub.head(), start, "no poll without watchers");
+
+    // A watcher waits: the next poll brings both commits in, in log order.
+    let mut head = hub.watch_head();
+    publish(&writer, "/watched.md", "y").await;
+    tokio::time::timeout(
+        FOLLOW_POLL + Duration::from_secs(1),
+        head.wait_for(|h| *h >= start + 2),
+    )
+    .await
+    .expect("the poll brings the peer's commits within one interval")
+    .unwrap();
+    let paths: Vec<String> = hub
+        .since(start)
+        .unwrap()
+        .iter()
+        .map(|e| e.path.to_string())
+        .collect();
+    assert_eq!(paths, ["/unwatched.md", "/watched.md"]);
+    writer.close().await;
+    follower.close().await;
+}

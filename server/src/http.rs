@@ -1,6 +1,10 @@
 //! The HTTP gateway: the same handlers as the Mark protocol, mapped onto HTTP methods,
 //! headers and status codes (docs/SPEC.md, "HTTP gateway"), plus `/livez`, `/readyz` and
 //! `/metrics`. The Host header chooses the world.
+//!
+//! WATCH is `GET /path?watch`: a refusal is an ordinary response; an open watch is a `200`
+//! whose streamed body is the Mark block stream itself, block by block. When the server
+//! shuts down, open watches end with `closing` so the drain can finish.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,14 +16,16 @@ use axum::extract::{Request as HttpRequest, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::get;
+use futures::StreamExt;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
-use crate::handlers::{self, RETRY_AFTER_KEY};
+use crate::handlers::{self, RETRY_AFTER_KEY, WatchContext};
 use crate::mark::{MAX_BODY, Request, Response, Status, Verb};
 use crate::store_metrics::StoreCollector;
 use crate::worlds::Worlds;
@@ -30,9 +36,11 @@ pub const META_HEADER_PREFIX: &str = "meta-";
 pub const MARK_HEADER_PREFIX: &str = "mark-";
 /// The request header giving PUBLISH and APPEND their expected version.
 pub const EXPECTED_VERSION_HEADER: &str = "expected-version";
+/// The content type of a WATCH response body: Mark blocks, one after another.
+pub const WATCH_CONTENT_TYPE: &str = "application/x-mark-watch";
 
 /// Query parameters passed to the handlers as request metadata.
-const QUERY_KEYS: [&str; 7] = [
+const QUERY_KEYS: [&str; 9] = [
     "page-size",
     "cursor",
     "include-archived",
@@ -40,6 +48,8 @@ const QUERY_KEYS: [&str; 7] = [
     "filter",
     "limit",
     "match",
+    "since",
+    "coalesce",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -128,13 +138,22 @@ impl Metrics {
 struct Gateway {
     worlds: Arc<Worlds>,
     metrics: Arc<Metrics>,
+    /// Cancelled when the server shuts down: open watches end.
+    draining: CancellationToken,
 }
 
 /// The gateway's routes over `worlds`.
 pub fn router(worlds: Arc<Worlds>) -> Router {
+    draining_router(worlds, CancellationToken::new())
+}
+
+/// The gateway's routes over `worlds`; cancelling `draining` ends every open watch with
+/// `closing`.
+pub fn draining_router(worlds: Arc<Worlds>, draining: CancellationToken) -> Router {
     let gateway = Gateway {
         metrics: Arc::new(Metrics::for_worlds(worlds.clone())),
         worlds,
+        draining,
     };
     Router::new()
         .route("/livez", get(|| async { "ok\n" }))
@@ -144,14 +163,23 @@ pub fn router(worlds: Arc<Worlds>) -> Router {
         .with_state(gateway)
 }
 
-/// Serves the gateway on `listener` until `shutdown` completes, then drains open requests.
+/// Serves the gateway on `listener` until `shutdown` completes, then ends open watches and
+/// drains open requests.
 pub async fn serve(
     listener: TcpListener,
     worlds: Arc<Worlds>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(worlds))
-        .with_graceful_shutdown(shutdown)
+    let draining = CancellationToken::new();
+    let signal = {
+        let draining = draining.clone();
+        async move {
+            shutdown.await;
+            draining.cancel();
+        }
+    };
+    axum::serve(listener, draining_router(worlds, draining))
+        .with_graceful_shutdown(signal)
         .await
 }
 
@@ -187,6 +215,7 @@ async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> 
     let query: Vec<(String, String)> = parts.uri.query().map(url_pairs).unwrap_or_default();
     let has = |key: &str| query.iter().any(|(k, _)| k == key);
     let verb = match parts.method {
+        Method::GET if has("watch") => Verb::Watch,
         Method::GET | Method::HEAD => {
             if has("versions") {
                 Verb::Versions
@@ -229,6 +258,27 @@ async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> 
         }
     }
     copy_headers(&parts.headers, &mut mark);
+    if verb == Verb::Watch {
+        let context = WatchContext {
+            connection: None,
+            draining: gateway.draining.clone(),
+        };
+        return match handlers::open_watch(world.clone(), mark, &context).await {
+            Ok(watch) => {
+                gateway
+                    .metrics
+                    .observe(&world.name, verb, Status::Ok, started);
+                watch_response(watch)
+            }
+            Err(response) => {
+                gateway
+                    .metrics
+                    .observe(&world.name, verb, response.status, started);
+                let code = status_code(&response);
+                to_http(response, code)
+            }
+        };
+    }
     let response = handlers::handle(&world, mark).await;
     gateway
         .metrics
@@ -367,6 +417,19 @@ fn to_http(response: Response, code: StatusCode) -> HttpResponse {
     let mut http = HttpResponse::new(Body::from(response.body));
     *http.status_mut() = code;
     *http.headers_mut() = headers;
+    http
+}
+
+/// An open watch as a streamed `200`: each Mark block is sent as soon as it is ready.
+fn watch_response(watch: handlers::Watch) -> HttpResponse {
+    let body = Body::from_stream(watch.into_stream().map(Ok::<_, std::convert::Infallible>));
+    let mut http = HttpResponse::new(body);
+    let headers = http.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(WATCH_CONTENT_TYPE),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     http
 }
 

@@ -2,13 +2,16 @@
 //! backend contract (`quire_backend::Store`); [`wiring`] is the one module that names a
 //! concrete backend or blob driver.
 //!
-//! - [`mark`]: the Mark protocol wire codec (requests, responses, metadata blocks, limits).
-//! - [`handlers`]: transport-neutral handlers for every verb, one read view per request.
-//! - [`http`]: the HTTP gateway over those handlers, with `/livez`, `/readyz`, `/metrics`.
+//! - [`mark`]: the Mark protocol wire codec (requests, responses, metadata blocks, WATCH
+//!   block streams, limits).
+//! - [`handlers`]: transport-neutral handlers for every verb, one read view per request;
+//!   WATCH answers a stream of encoded blocks (`handlers::watch`) any transport forwards.
+//! - [`http`]: the HTTP gateway over those handlers (WATCH as a streamed `GET ?watch`), with
+//!   `/livez`, `/readyz`, `/metrics`.
 //! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
 //!   read rules) and the reloadable per-world token set.
 //! - [`limits`]: per-world admission (concurrent requests, requests per second with burst,
-//!   open watches) with retry hints.
+//!   open watches) and per-connection watch slots, with retry hints.
 //! - [`config`]: the strict TOML configuration (listeners, TLS, worlds with their backend,
 //!   authorities, tokens, limits and publish policy) and the embedded default.
 //! - [`policy`]: the publish policy document and the store decorator that enforces it.
@@ -16,7 +19,8 @@
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
 //! - [`world_tools`]: `quire world verify | export | import` over one configured world.
 //!
-//! The Mark protocol over QUIC and WATCH are not served yet; the HTTP gateway is.
+//! The HTTP gateway serves every verb, WATCH included; the Mark protocol over QUIC is not
+//! served yet.
 
 pub mod auth;
 pub mod config;

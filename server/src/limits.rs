@@ -12,7 +12,10 @@
 //!   concurrency spends no token;
 //! - **watches** — a separate cap, [`LimitSettings::max_watches`]; a WATCH spends one rate
 //!   token when it opens and none while it stays open, and holds no request slot (it is
-//!   also exempt from the request timeout).
+//!   also exempt from the request timeout);
+//! - **watches per connection** — [`ConnectionWatches`], which a transport keeps for each
+//!   connection: at most half the connection's stream limit (at least one), so WATCH streams
+//!   never take every stream a client may open.
 //!
 //! Refusals answer `rate-limited` (HTTP 429) with a `Retry-After` in whole seconds, rounded
 //! up and at least 1 ([`Refusal::retry_after_secs`]). The rate limiter reads an injectable
@@ -91,6 +94,8 @@ pub enum RefusalReason {
     Rate,
     /// Every WATCH slot was taken.
     Watches,
+    /// Every WATCH slot of the connection was taken.
+    ConnectionWatches,
 }
 
 /// A refused request: answer `rate-limited` with the retry hint.
@@ -118,6 +123,7 @@ impl Refusal {
             RefusalReason::Concurrency => "too many requests in progress",
             RefusalReason::Rate => "request rate exceeded",
             RefusalReason::Watches => "too many open watches",
+            RefusalReason::ConnectionWatches => "too many open watches on this connection",
         };
         format!("{what}; retry after {} s", self.retry_after_secs())
     }
@@ -146,6 +152,47 @@ pub struct Admission {
 #[derive(Debug)]
 pub struct WatchAdmission {
     _slot: OwnedSemaphorePermit,
+}
+
+/// One connection's WATCH slots: at most half its stream limit, at least one. Cheap to
+/// clone; clones share the slots.
+#[derive(Clone, Debug)]
+pub struct ConnectionWatches {
+    slots: Arc<Semaphore>,
+}
+
+/// An open WATCH stream's slot on its connection; released when dropped.
+#[derive(Debug)]
+pub struct ConnectionWatchAdmission {
+    _slot: OwnedSemaphorePermit,
+}
+
+impl ConnectionWatches {
+    /// The slots of a connection that may open `max_streams` streams at once.
+    pub fn for_stream_limit(max_streams: u32) -> ConnectionWatches {
+        let half = usize::try_from(max_streams / 2).unwrap_or(Semaphore::MAX_PERMITS);
+        ConnectionWatches {
+            slots: Arc::new(Semaphore::new(half.clamp(1, Semaphore::MAX_PERMITS))),
+        }
+    }
+
+    /// Slots free right now.
+    pub fn free(&self) -> usize {
+        self.slots.available_permits()
+    }
+
+    /// Admits a WATCH stream on this connection now or refuses it.
+    pub fn try_admit(&self) -> Result<ConnectionWatchAdmission, Refusal> {
+        let slot = self
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Refusal {
+                reason: RefusalReason::ConnectionWatches,
+                retry_after: CONCURRENCY_RETRY_HINT,
+            })?;
+        Ok(ConnectionWatchAdmission { _slot: slot })
+    }
 }
 
 type Bucket<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
@@ -432,6 +479,25 @@ mod tests {
             limiter.try_admit_watch().unwrap_err().reason,
             RefusalReason::Rate
         );
+    }
+
+    #[test]
+    fn a_connection_keeps_half_its_streams_for_other_requests() {
+        let connection = ConnectionWatches::for_stream_limit(5);
+        assert_eq!(connection.free(), 2);
+        let first = connection.try_admit().unwrap();
+        let _second = connection.clone().try_admit().unwrap();
+        let refusal = connection.try_admit().unwrap_err();
+        assert_eq!(refusal.reason, RefusalReason::ConnectionWatches);
+        assert_eq!(refusal.status(), Status::RateLimited);
+        assert_eq!(
+            refusal.message(),
+            "too many open watches on this connection; retry after 1 s"
+        );
+        drop(first);
+        assert!(connection.try_admit().is_ok());
+        assert_eq!(ConnectionWatches::for_stream_limit(1).free(), 1);
+        assert_eq!(ConnectionWatches::for_stream_limit(0).free(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,5 +1,6 @@
 //! The one place that names concrete backends and blob drivers: the store factory the world
 //! manager opens every world with. Everything else sees worlds through `quire_backend::Store`.
+//! Every writable world keeps a change ring of [`DEFAULT_RING`] events, so WATCH is served.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use quire_backend::Store;
 use quire_backend::bucket::{BucketOptions, BucketStore};
+use quire_backend::changes::DEFAULT_RING;
 use quire_backend::file::{FileOptions, FileStore};
 use quire_blob::BlobStore;
 use quire_blob::file::FileStore as FileBlobs;
@@ -31,6 +33,7 @@ impl StoreFactory for Backends {
                 let options = FileOptions {
                     read_only: world.read_only,
                     max_documents: world.max_documents.map_or(0, |n| n.get()),
+                    change_ring: DEFAULT_RING,
                     ..FileOptions::default()
                 };
                 let store = FileStore::open(root.clone(), options)
@@ -55,6 +58,7 @@ impl StoreFactory for Backends {
                     read_only: world.read_only,
                     max_documents: world.max_documents.map_or(0, |n| n.get()),
                     policy_path: world.policy.enforce.then(crate::policy::policy_path),
+                    change_ring: DEFAULT_RING,
                     ..BucketOptions::default()
                 };
                 let store = BucketStore::open(blobs, options)

@@ -1,5 +1,7 @@
 //! The HTTP gateway over real sockets on 127.0.0.1: every verb's success and error paths,
-//! auth denial, rate limiting, and a world served from a store that is not a bucket store.
+//! auth denial, rate limiting, a world served from a store that is not a bucket store, and
+//! WATCH streams (events, resume, resync, read auth, limits, drain, and a write on one
+//! replica of a bucket world seen by a watch on the other).
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use quire_server::auth::{
 use quire_server::config::Config;
 use quire_server::handlers::World;
 use quire_server::limits::{LimitSettings, Limiter};
+use quire_server::mark::{Status, WatchBlock, WatchDecoder};
 use quire_server::worlds::Worlds;
 use quire_server::{http, wiring};
 use reqwest::StatusCode;
@@ -36,6 +39,7 @@ async fn start(limits: LimitSettings) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let options = FileOptions {
         durable: false,
+        change_ring: 4,
         ..FileOptions::default()
     };
     let store = FileStore::open(dir.path(), options).await.unwrap();
@@ -44,7 +48,10 @@ async fn start(limits: LimitSettings) -> Server {
             "writer",
             TokenHash::of_secret(WRITER),
             [Operation::Publish],
-            [PathPattern::parse("/docs/**").unwrap()],
+            [
+                PathPattern::parse("/docs/**").unwrap(),
+                PathPattern::parse("/private/**").unwrap(),
+            ],
             None,
         ),
         Token::new(
@@ -416,4 +423,281 @@ async fn a_bucket_world_enforces_its_seeded_policy_and_reports_store_metrics() {
     assert!(sample(&metrics, "quire_blob_bytes_total", &up).unwrap() > 0.0);
     let down = [("world", "kb"), ("direction", "down")];
     assert!(sample(&metrics, "quire_blob_bytes_total", &down).is_some());
+/// Guards against a hang when an expected block never comes; never reached when green.
+const GUARD: Duration = Duration::from_secs(60);
+
+/// A WATCH response read block by block.
+struct Blocks {
+    response: reqwest::Response,
+    decoder: WatchDecoder,
+}
+
+impl Blocks {
+    async fn open(server: &Server, path_and_query: &str, token: Option<&str>) -> Blocks {
+        let mut request = server.client.get(server.url(path_and_query));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path_and_query}");
+        assert_eq!(header(&response, "content-type"), http::WATCH_CONTENT_TYPE);
+        Blocks {
+            response,
+            decoder: WatchDecoder::new(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<WatchBlock> {
+        tokio::time::timeout(GUARD, async {
+            loop {
+                if let Some(block) = self.decoder.next_block().unwrap() {
+                    return Some(block);
+                }
+                match self.response.chunk().await.unwrap() {
+                    Some(chunk) => self.decoder.push(&chunk),
+                    None => {
+                        assert!(
+                            !self.decoder.has_partial(),
+                            "the stream ended inside a block"
+                        );
+                        return None;
+                    }
+                }
+            }
+        })
+        .await
+        .expect("a block within the guard")
+    }
+
+    /// The next block as `status cursor` or `op path vN cursor`.
+    async fn next_described(&mut self) -> String {
+        match self.next().await.expect("another block") {
+            WatchBlock::Control { status, cursor } => {
+                format!(
+                    "{status} {}",
+                    cursor.map(|c| c.to_string()).unwrap_or_default()
+                )
+            }
+            WatchBlock::Event(event) => format!(
+                "{} {} v{} {}",
+                event.op, event.path, event.version, event.cursor
+            ),
+        }
+    }
+}
+
+async fn put(server: &Server, path: &str, body: &str) {
+    let put = server
+        .client
+        .put(server.url(path))
+        .bearer_auth(WRITER)
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::CREATED, "{path}");
+}
+
+#[tokio::test]
+async fn watch_streams_events_resumes_and_resyncs() {
+    let server = start(LimitSettings::default()).await;
+    let mut prefix = Blocks::open(&server, "/docs/?watch", None).await;
+    let ack = prefix.next_described().await;
+    let (status, cursor) = ack.split_once(' ').unwrap();
+    assert_eq!(status, "ok");
+    let (epoch, head) = cursor.split_once(':').unwrap();
+    let head: u64 = head.parse().unwrap();
+    let at = |n: u64| format!("{epoch}:{}", head + n);
+    let mut document = Blocks::open(&server, "/docs/b.md?watch", None).await;
+    assert_eq!(document.next_described().await, format!("ok {}", at(0)));
+
+    put(&server, "/docs/a.md", "# A\n").await;
+    put(&server, "/docs/b.md", "# B\n").await;
+    put(&server, "/docs/a.md", "# A again\n").await;
+    assert_eq!(
+        prefix.next_described().await,
+        format!("publish /docs/a.md v1 {}", at(1))
+    );
+    assert_eq!(
+        prefix.next_described().await,
+        format!("publish /docs/b.md v1 {}", at(2))
+    );
+    assert_eq!(
+        prefix.next_described().await,
+        format!("publish /docs/a.md v2 {}", at(3))
+    );
+    assert_eq!(
+        document.next_described().await,
+        format!("publish /docs/b.md v1 {}", at(2))
+    );
+
+    let mut resumed = Blocks::open(&server, &format!("/docs/?watch&since={}", at(1)), None).await;
+    assert_eq!(resumed.next_described().await, format!("ok {}", at(1)));
+    assert_eq!(
+        resumed.next_described().await,
+        format!("publish /docs/b.md v1 {}", at(2))
+    );
+    assert_eq!(
+        resumed.next_described().await,
+        format!("publish /docs/a.md v2 {}", at(3))
+    );
+
+    // The ring holds four events: two more writes lap the cursor at the head before them.
+    put(&server, "/docs/c.md", "c").await;
+    put(&server, "/docs/d.md", "d").await;
+    let mut lapped = Blocks::open(&server, &format!("/docs/?watch&since={}", at(0)), None).await;
+    assert_eq!(lapped.next_described().await, format!("resync {}", at(5)));
+    assert!(lapped.next().await.is_none(), "resync ends the stream");
+
+    let bad = server
+        .client
+        .get(server.url("/docs/?watch&since=bogus"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert!(bad.text().await.unwrap().contains("invalid since cursor"));
+}
+
+#[tokio::test]
+async fn watch_read_auth_and_the_watch_limit() {
+    let limits = LimitSettings {
+        max_watches: NonZeroU32::new(2).unwrap(),
+        ..LimitSettings::default()
+    };
+    let server = start(limits).await;
+    let c = &server.client;
+    let anonymous = c.get(server.url("/private/?watch")).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    let wrong_grant = c
+        .get(server.url("/private/?watch"))
+        .bearer_auth(WRITER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_grant.status(), StatusCode::FORBIDDEN);
+
+    let mut public = Blocks::open(&server, "/?watch", None).await;
+    let mut reader = Blocks::open(&server, "/?watch", Some(READER)).await;
+    assert!(public.next_described().await.starts_with("ok "));
+    assert!(reader.next_described().await.starts_with("ok "));
+    let full = c.get(server.url("/?watch")).send().await.unwrap();
+    assert_eq!(full.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&full, "retry-after"), "1");
+    assert_eq!(header(&full, "mark-status"), "rate-limited");
+
+    // Each event is shown only to a watcher who may read it.
+    put(&server, "/private/secret.md", "s").await;
+    put(&server, "/docs/one.md", "1").await;
+    assert!(
+        public
+            .next_described()
+            .await
+            .starts_with("publish /docs/one.md v1 ")
+    );
+    assert!(
+        reader
+            .next_described()
+            .await
+            .starts_with("publish /private/secret.md v1 ")
+    );
+    assert!(
+        reader
+            .next_described()
+            .await
+            .starts_with("publish /docs/one.md v1 ")
+    );
+}
+
+#[tokio::test]
+async fn shutting_down_ends_open_watches_with_closing() {
+    let server = start(LimitSettings::default()).await;
+    let mut watch = Blocks::open(&server, "/?watch", None).await;
+    let ack = watch.next_described().await;
+    let cursor = ack.strip_prefix("ok ").unwrap().to_owned();
+    drop(server._stop);
+    assert_eq!(watch.next_described().await, format!("closing {cursor}"));
+    assert!(watch.next().await.is_none());
+    assert_eq!(
+        WatchBlock::parse(b"---\nstatus: closing\n---\n").unwrap(),
+        WatchBlock::Control {
+            status: Status::Closing,
+            cursor: None
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_on_one_bucket_replica_reaches_a_watch_on_the_other() {
+    use std::sync::OnceLock;
+
+    use quire_backend::Follower;
+    use quire_backend::bucket::{BucketOptions, BucketStore};
+    use quire_blob::BlobStore;
+    use quire_blob::memory::MemoryStore;
+
+    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    // The leader's committed hook is the peer hint a server forwards to the other replicas.
+    let follower_cell: Arc<OnceLock<BucketStore>> = Arc::new(OnceLock::new());
+    let hint = {
+        let cell = follower_cell.clone();
+        Arc::new(move |sequence: u64| {
+            if let Some(follower) = cell.get() {
+                follower.follow(sequence);
+            }
+        })
+    };
+    let options = || BucketOptions {
+        compaction: None,
+        change_ring: 64,
+        ..BucketOptions::default()
+    };
+    let leader = BucketStore::open(
+        blobs.clone(),
+        BucketOptions {
+            on_committed: Some(hint),
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let follower = BucketStore::open(blobs, options()).await.unwrap();
+    follower_cell.set(follower.clone()).unwrap();
+    let world = |store: BucketStore| {
+        let tokens = TokenStore::new([Token::new(
+            "writer",
+            TokenHash::of_secret(WRITER),
+            [Operation::Publish],
+            [PathPattern::parse("/docs/**").unwrap()],
+            None,
+        )])
+        .unwrap();
+        World {
+            name: "shared".into(),
+            store: Arc::new(store),
+            auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens)))),
+            limiter: Limiter::new(LimitSettings::default()),
+            read_only: false,
+        }
+    };
+    let leader = serve(
+        Worlds::from_worlds([world(leader)]),
+        tempfile::tempdir().unwrap(),
+    )
+    .await;
+    let follower = serve(
+        Worlds::from_worlds([world(follower)]),
+        tempfile::tempdir().unwrap(),
+    )
+    .await;
+
+    let mut watch = Blocks::open(&follower, "/docs/?watch", None).await;
+    let ack = watch.next_described().await;
+    let (epoch, head) = ack.strip_prefix("ok ").unwrap().split_once(':').unwrap();
+    let head: u64 = head.parse().unwrap();
+    put(&leader, "/docs/shared.md", "from the leader").await;
+    assert_eq!(
+        watch.next_described().await,
+        format!("publish /docs/shared.md v1 {epoch}:{}", head + 1)
+    );
 }

@@ -1,7 +1,8 @@
 //! Transport-neutral handlers: one Mark [`Request`] in, one [`Response`] out, for every verb
-//! but WATCH. A handler sees its world only through the backend contract
-//! ([`quire_backend::Store`]) plus the world's authorizer and limiter, so the QUIC listener,
-//! the HTTP gateway and tests share every status and metadata rule.
+//! but WATCH, whose handler ([`watch`]) answers a stream of encoded blocks instead. A handler
+//! sees its world only through the backend contract ([`quire_backend::Store`]) plus the
+//! world's authorizer and limiter, so the QUIC listener, the HTTP gateway and tests share
+//! every status and metadata rule.
 //!
 //! Order of checks (the reference's): a `..` segment answers `not-found` before anything
 //! else; `FETCH /health` answers at once; then admission (limits), then the verb. Each read
@@ -10,6 +11,7 @@
 mod fetch;
 mod list;
 mod lookup;
+pub mod watch;
 mod write;
 
 use std::fmt;
@@ -22,6 +24,8 @@ use quire_log::Hash;
 use crate::auth::{Access, Authorizer, Denial};
 use crate::limits::Limiter;
 use crate::mark::{Request, Response, Status, Verb};
+
+pub use watch::{Watch, WatchContext, open_watch, serve_watch};
 
 /// The body `FETCH /health` answers with.
 pub const HEALTH_BODY: &str = "# Health Check\n\nServer is healthy.\n";
