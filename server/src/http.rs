@@ -90,7 +90,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    fn observe(&self, world: &str, verb: Verb, status: Status, started: Instant) {
+    /// Records one answered request (any transport).
+    pub fn observe(&self, world: &str, verb: Verb, status: Status, started: Instant) {
         self.requests
             .get_or_create(&RequestLabels {
                 world: world.to_owned(),
@@ -122,9 +123,14 @@ struct Gateway {
 
 /// The gateway's routes over `worlds`.
 pub fn router(worlds: Arc<Worlds>) -> Router {
+    router_with_metrics(worlds, Arc::new(Metrics::default()))
+}
+
+/// The gateway's routes, recording into `metrics` (shared with the QUIC listener).
+pub fn router_with_metrics(worlds: Arc<Worlds>, shared: Arc<Metrics>) -> Router {
     let gateway = Gateway {
         worlds,
-        metrics: Arc::new(Metrics::default()),
+        metrics: shared,
     };
     Router::new()
         .route("/livez", get(|| async { "ok\n" }))
@@ -140,7 +146,17 @@ pub async fn serve(
     worlds: Arc<Worlds>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(worlds))
+    serve_with_metrics(listener, worlds, Arc::new(Metrics::default()), shutdown).await
+}
+
+/// [`serve`], recording into `metrics` (shared with the QUIC listener).
+pub async fn serve_with_metrics(
+    listener: TcpListener,
+    worlds: Arc<Worlds>,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router_with_metrics(worlds, metrics))
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -4,7 +4,12 @@
 //!
 //! - [`mark`]: the Mark protocol wire codec (requests, responses, metadata blocks, limits).
 //! - [`handlers`]: transport-neutral handlers for every verb, one read view per request.
+//! - [`quic`]: the Mark protocol over QUIC (one request per stream, SNI chooses the world).
 //! - [`http`]: the HTTP gateway over those handlers, with `/livez`, `/readyz`, `/metrics`.
+//! - [`tls`]: the server certificate (configured or a generated development one), reloadable,
+//!   and the TLS 1.3 / ALPN `mark` / SNI rules of the QUIC listener.
+//! - [`mark_client`]: the QUIC client the CLI and tests use (`mark://` URLs, trust choices).
+//! - [`reload`]: what SIGHUP reloads (certificates and tokens files).
 //! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
 //!   read rules) and the reloadable per-world token set.
 //! - [`limits`]: per-world admission (concurrent requests, requests per second with burst,
@@ -13,7 +18,7 @@
 //!   authorities, tokens, limits and publish policy) and the embedded default.
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
 //!
-//! The Mark protocol over QUIC and WATCH are not served yet; the HTTP gateway is.
+//! WATCH is not served yet; the Mark protocol over QUIC and the HTTP gateway are.
 
 pub mod auth;
 pub mod config;
@@ -21,6 +26,10 @@ pub mod handlers;
 pub mod http;
 pub mod limits;
 pub mod mark;
+pub mod mark_client;
+pub mod quic;
+pub mod reload;
+pub mod tls;
 pub mod wiring;
 pub mod worlds;
 
