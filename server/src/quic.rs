@@ -133,7 +133,12 @@ struct ConnectionServer {
 
 impl ConnectionServer {
     async fn run(self, incoming: quinn::Incoming) {
-        let connection = match incoming.await {
+        // A handshake still running at shutdown is dropped rather than waited for.
+        let handshake = tokio::select! {
+            () = self.stop.cancelled() => return,
+            handshake = incoming => handshake,
+        };
+        let connection = match handshake {
             Ok(connection) => connection,
             Err(error) => {
                 tracing::debug!(%error, "QUIC handshake failed");

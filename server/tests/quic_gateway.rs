@@ -623,3 +623,36 @@ async fn shutdown_drains_open_streams_then_closes() {
         other => panic!("closed by {other}"),
     }
 }
+
+#[tokio::test]
+async fn only_the_mark_alpn_is_spoken() {
+    let server = start(LimitSettings::default()).await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(server.certificates.current().cert[0].clone())
+        .unwrap();
+    let connect_with = |alpn: &[&[u8]]| {
+        let mut tls = rustls::ClientConfig::builder_with_provider(tls::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots.clone())
+            .with_no_client_auth();
+        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+        let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+        let connecting = endpoint.connect(server.address, "localhost").unwrap();
+        async move { (connecting.await, endpoint) }
+    };
+    let (refused, _endpoint) = connect_with(&[b"h3"]).await;
+    assert!(refused.is_err(), "a client speaking only h3 is refused");
+    let (accepted, _endpoint) = connect_with(&[b"h3", tls::ALPN_MARK]).await;
+    let accepted = accepted.unwrap();
+    let handshake = accepted
+        .handshake_data()
+        .unwrap()
+        .downcast::<quinn::crypto::rustls::HandshakeData>()
+        .unwrap();
+    assert_eq!(handshake.protocol.as_deref(), Some(tls::ALPN_MARK));
+    server.shut_down().await;
+}
