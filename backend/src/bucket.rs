@@ -616,7 +616,7 @@ fn start_feed(
     let blobs = shared.blobs.clone();
     let prefix = shared.prefix.clone();
     let mut fed = hub.head();
-    let mut poll = tokio::time::interval_at(Instant::now() + FOLLOW_POLL, FOLLOW_POLL);
+    let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + FOLLOW_POLL, FOLLOW_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::spawn(async move {
         loop {

@@ -101,7 +101,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The gateway's metrics plus every world's store metrics (`crate::store_metrics`).
+    /// The request metrics plus every world's store metrics (`crate::store_metrics`).
     pub fn for_worlds(worlds: Arc<Worlds>) -> Metrics {
         let mut metrics = Metrics::default();
         metrics
@@ -110,7 +110,8 @@ impl Metrics {
         metrics
     }
 
-    fn observe(&self, world: &str, verb: Verb, status: Status, started: Instant) {
+    /// Records one answered request (any transport).
+    pub fn observe(&self, world: &str, verb: Verb, status: Status, started: Instant) {
         self.requests
             .get_or_create(&RequestLabels {
                 world: world.to_owned(),
@@ -142,16 +143,21 @@ struct Gateway {
     draining: CancellationToken,
 }
 
-/// The gateway's routes over `worlds`.
+/// The gateway's routes over `worlds`, with their own metrics.
 pub fn router(worlds: Arc<Worlds>) -> Router {
-    draining_router(worlds, CancellationToken::new())
+    let metrics = Arc::new(Metrics::for_worlds(worlds.clone()));
+    gateway_router(worlds, metrics, CancellationToken::new())
 }
 
-/// The gateway's routes over `worlds`; cancelling `draining` ends every open watch with
-/// `closing`.
-pub fn draining_router(worlds: Arc<Worlds>, draining: CancellationToken) -> Router {
+/// The gateway's routes, recording into `metrics` (shared with the QUIC listener);
+/// cancelling `draining` ends every open watch with `closing`.
+pub fn gateway_router(
+    worlds: Arc<Worlds>,
+    recorder: Arc<Metrics>,
+    draining: CancellationToken,
+) -> Router {
     let gateway = Gateway {
-        metrics: Arc::new(Metrics::for_worlds(worlds.clone())),
+        metrics: recorder,
         worlds,
         draining,
     };
@@ -170,6 +176,17 @@ pub async fn serve(
     worlds: Arc<Worlds>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let metrics = Arc::new(Metrics::for_worlds(worlds.clone()));
+    serve_with_metrics(listener, worlds, metrics, shutdown).await
+}
+
+/// [`serve`], recording into `metrics` (shared with the QUIC listener).
+pub async fn serve_with_metrics(
+    listener: TcpListener,
+    worlds: Arc<Worlds>,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let draining = CancellationToken::new();
     let signal = {
         let draining = draining.clone();
@@ -178,7 +195,7 @@ pub async fn serve(
             draining.cancel();
         }
     };
-    axum::serve(listener, draining_router(worlds, draining))
+    axum::serve(listener, gateway_router(worlds, metrics, draining))
         .with_graceful_shutdown(signal)
         .await
 }

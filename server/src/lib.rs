@@ -6,8 +6,13 @@
 //!   block streams, limits).
 //! - [`handlers`]: transport-neutral handlers for every verb, one read view per request;
 //!   WATCH answers a stream of encoded blocks (`handlers::watch`) any transport forwards.
+//! - [`quic`]: the Mark protocol over QUIC (one request per stream, SNI chooses the world).
 //! - [`http`]: the HTTP gateway over those handlers (WATCH as a streamed `GET ?watch`), with
 //!   `/livez`, `/readyz`, `/metrics`.
+//! - [`tls`]: the server certificate (configured or a generated development one), reloadable,
+//!   and the TLS 1.3 / ALPN `mark` / SNI rules of the QUIC listener.
+//! - [`mark_client`]: the QUIC client the CLI and tests use (`mark://` URLs, trust choices).
+//! - [`reload`]: what SIGHUP reloads (certificates and tokens files).
 //! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
 //!   read rules) and the reloadable per-world token set.
 //! - [`limits`]: per-world admission (concurrent requests, requests per second with burst,
@@ -19,8 +24,8 @@
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
 //! - [`world_tools`]: `quire world verify | export | import` over one configured world.
 //!
-//! The HTTP gateway serves every verb, WATCH included; the Mark protocol over QUIC is not
-//! served yet.
+//! Both transports serve every verb; WATCH is served by the HTTP gateway (see docs/SPEC.md
+//! for its state over QUIC).
 
 pub mod auth;
 pub mod config;
@@ -28,8 +33,12 @@ pub mod handlers;
 pub mod http;
 pub mod limits;
 pub mod mark;
+pub mod mark_client;
 pub mod policy;
+pub mod quic;
+pub mod reload;
 pub mod store_metrics;
+pub mod tls;
 pub mod wiring;
 pub mod world_tools;
 pub mod worlds;

@@ -423,6 +423,8 @@ async fn a_bucket_world_enforces_its_seeded_policy_and_reports_store_metrics() {
     assert!(sample(&metrics, "quire_blob_bytes_total", &up).unwrap() > 0.0);
     let down = [("world", "kb"), ("direction", "down")];
     assert!(sample(&metrics, "quire_blob_bytes_total", &down).is_some());
+}
+
 /// Guards against a hang when an expected block never comes; never reached when green.
 const GUARD: Duration = Duration::from_secs(60);
 

@@ -1,6 +1,7 @@
 //! The `quire` command: `serve` runs the knowledge server, `token new` makes a capability
 //! token, `world` verifies, exports or imports a configured world, and the client verbs talk
-//! to a server over its HTTP gateway.
+//! to a server over the Mark protocol on QUIC (`mark://` URLs) or over its HTTP gateway
+//! (`http://` URLs).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -11,8 +12,12 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use quire_server::auth::{Operation, TokenEntrySpec, TokenSecret};
 use quire_server::config::Config;
+use quire_server::mark::{Request as MarkRequest, Status, Verb};
+use quire_server::mark_client::{self, MarkUrl, Trust};
+use quire_server::quic::{self, QuicSettings};
+use quire_server::tls::ServerCertificates;
 use quire_server::worlds::Worlds;
-use quire_server::{http, wiring, world_tools};
+use quire_server::{http, reload, wiring, world_tools};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,6 +39,9 @@ enum Command {
         /// Override the HTTP gateway address.
         #[arg(long)]
         http: Option<std::net::SocketAddr>,
+        /// Override the Mark protocol (QUIC, UDP) address.
+        #[arg(long)]
+        quic: Option<std::net::SocketAddr>,
     },
     /// Verify, export or import a configured world.
     World {
@@ -106,11 +114,18 @@ enum TokenCommand {
 
 #[derive(Debug, Args)]
 struct Target {
-    /// `http://host[:port]/path`.
+    /// `mark://host[:port]/path` (QUIC, port 6309 by default) or `http://host[:port]/path`.
     url: String,
     /// A capability token (or QUIRE_TOKEN).
     #[arg(long)]
     token: Option<String>,
+    /// mark:// only: trust the server certificates in this PEM file (e.g. the development
+    /// certificate `quire serve` writes) instead of the system roots.
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// mark:// only, for development: accept any server certificate.
+    #[arg(long, conflicts_with = "ca")]
+    insecure: bool,
 }
 
 #[derive(Debug, Args)]
@@ -151,7 +166,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { config, http } => serve(config, http).await,
+        Command::Serve { config, http, quic } => serve(config, http, quic).await,
         Command::Token { command } => token(command),
         Command::World { command } => world_tools::run(command, &wiring::Backends).await,
         Command::Fetch(target) => call(reqwest::Method::GET, &target, &[], None, None).await,
@@ -219,6 +234,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 async fn serve(
     config_path: Option<PathBuf>,
     http_address: Option<std::net::SocketAddr>,
+    quic_address: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<ExitCode> {
     let mut config = match &config_path {
         Some(path) => Config::load(path)?,
@@ -226,6 +242,9 @@ async fn serve(
     };
     if let Some(address) = http_address {
         config.listen.http = address;
+    }
+    if let Some(address) = quic_address {
+        config.listen.quic = address;
     }
     let (worlds, development) = Worlds::open(&config, &wiring::Backends).await?;
     for token in &development {
@@ -236,16 +255,94 @@ async fn serve(
         );
     }
     let worlds = Arc::new(worlds);
+    let metrics = Arc::new(http::Metrics::for_worlds(worlds.clone()));
+    let certificates = Arc::new(server_certificates(&config, config_path.as_deref())?);
+    let settings = QuicSettings::from(&config.listen);
+    let endpoint = quic::bind(&settings, &certificates, worlds.clone())
+        .with_context(|| format!("bind {} (UDP)", settings.address))?;
+    println!(
+        "serving Mark over QUIC on mark://{}",
+        endpoint.local_addr()?
+    );
     let listener = tokio::net::TcpListener::bind(config.listen.http)
         .await
         .with_context(|| format!("bind {}", config.listen.http))?;
     println!("serving HTTP on http://{}", listener.local_addr()?);
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+    reload_on_hangup(worlds.clone(), certificates.clone())?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
     };
-    http::serve(listener, worlds.clone(), shutdown).await?;
+    let quic_server = tokio::spawn(quic::serve(
+        endpoint,
+        worlds.clone(),
+        metrics.clone(),
+        settings.shutdown_timeout,
+        until_stopped(stopped.clone()),
+    ));
+    let http_server = tokio::spawn(http::serve_with_metrics(
+        listener,
+        worlds.clone(),
+        metrics,
+        until_stopped(stopped),
+    ));
+    let _ = tokio::signal::ctrl_c().await;
+    let _ = stop.send(true);
+    quic_server.await?;
+    http_server.await??;
     worlds.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The configured certificate, or a development certificate for every world's authorities
+/// written to `data/tls` beside the configuration file (or under the working directory).
+fn server_certificates(
+    config: &Config,
+    config_path: Option<&std::path::Path>,
+) -> anyhow::Result<ServerCertificates> {
+    let base = config_path
+        .and_then(std::path::Path::parent)
+        .unwrap_or(std::path::Path::new("."));
+    let development_dir = base.join("data").join("tls");
+    let names: Vec<String> = config
+        .worlds
+        .iter()
+        .flat_map(|world| world.authorities.iter().map(|a| a.as_str().to_owned()))
+        .collect();
+    let certificates =
+        ServerCertificates::from_config(config.tls.as_ref(), &development_dir, &names)?;
+    if certificates.is_development() {
+        println!(
+            "development certificate (pin it with --ca): {}",
+            certificates.cert_path().display()
+        );
+    }
+    Ok(certificates)
+}
+
+/// On SIGHUP, reloads the certificates and every world's tokens file.
+#[cfg(unix)]
+fn reload_on_hangup(
+    worlds: Arc<Worlds>,
+    certificates: Arc<ServerCertificates>,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup()).context("listen for SIGHUP")?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            // Failures are logged by the reload and keep the old state.
+            let _ = reload::reload(&worlds, Some(&certificates));
+        }
+    });
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn reload_on_hangup(
+    _worlds: Arc<Worlds>,
+    _certificates: Arc<ServerCertificates>,
+) -> anyhow::Result<()> {
+    Ok(())
 }
 
 fn token(command: TokenCommand) -> anyhow::Result<ExitCode> {
@@ -286,9 +383,12 @@ async fn call(
     write: Option<&WriteArgs>,
     body: Option<Vec<u8>>,
 ) -> anyhow::Result<ExitCode> {
+    if target.url.starts_with(mark_client::SCHEME) {
+        return call_mark(&method, target, query, write, body).await;
+    }
     if !target.url.starts_with("http://") && !target.url.starts_with("https://") {
         bail!(
-            "{}: only http:// and https:// URLs are served by this client",
+            "{}: only mark://, http:// and https:// URLs are served by this client",
             target.url
         );
     }
@@ -346,6 +446,99 @@ async fn call(
     }
     let text = response.text().await?;
     print!("{text}");
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The query keys that only say which verb an HTTP call is.
+const VERB_MARKERS: [&str; 5] = ["list", "versions", "lookup", "append", "archive"];
+
+/// A client verb over the Mark protocol: the same arguments as over HTTP, sent as one Mark
+/// request on a QUIC stream.
+async fn call_mark(
+    method: &reqwest::Method,
+    target: &Target,
+    query: &[(String, String)],
+    write: Option<&WriteArgs>,
+    body: Option<Vec<u8>>,
+) -> anyhow::Result<ExitCode> {
+    let url = MarkUrl::parse(&target.url)?;
+    let has = |key: &str| query.iter().any(|(k, _)| k == key);
+    let verb = match *method {
+        reqwest::Method::PUT => Verb::Publish,
+        reqwest::Method::POST if has("append") => Verb::Append,
+        reqwest::Method::POST => Verb::Archive,
+        _ if has("versions") => Verb::Versions,
+        _ if has("list") => Verb::List,
+        _ if has("lookup") => Verb::Lookup,
+        _ => Verb::Fetch,
+    };
+    let mut request = MarkRequest::new(verb, url.path.clone());
+    for (key, value) in query {
+        if !VERB_MARKERS.contains(&key.as_str()) {
+            request.metadata.insert(key.clone(), value.clone());
+        }
+    }
+    if let Some(token) = target
+        .token
+        .clone()
+        .or_else(|| std::env::var("QUIRE_TOKEN").ok())
+    {
+        request.metadata.insert("auth".into(), token);
+    }
+    let mut body = body;
+    if let Some(write) = write {
+        if let Some(version) = write.expected_version {
+            request
+                .metadata
+                .insert("expected-version".into(), version.to_string());
+        }
+        for pair in &write.meta {
+            let (key, value) = pair
+                .split_once('=')
+                .with_context(|| format!("--meta {pair:?} is not key=value"))?;
+            request.metadata.insert(key.to_owned(), value.to_owned());
+        }
+        body = Some(match &write.file {
+            Some(file) => {
+                std::fs::read(file).with_context(|| format!("read {}", file.display()))?
+            }
+            None => {
+                let mut buffer = Vec::new();
+                std::io::stdin().read_to_end(&mut buffer)?;
+                buffer
+            }
+        });
+    }
+    if let Some(body) = body {
+        request.body = body.into();
+    }
+    let trust = if target.insecure {
+        eprintln!("warning: --insecure: the server certificate is not verified");
+        Trust::Insecure
+    } else if let Some(ca) = &target.ca {
+        Trust::from_pem_file(ca)?
+    } else {
+        Trust::SystemRoots
+    };
+    let address = mark_client::resolve(&url).await?;
+    let client = mark_client::Client::for_server(address, &trust)?;
+    let connection = client.connect(address, &url.host).await?;
+    let response = connection.request(&request).await?;
+    connection.close();
+    client.wait_idle().await;
+    eprintln!("status: {}", response.status);
+    for (key, value) in &response.metadata {
+        eprintln!("{key}: {value}");
+    }
+    print!("{}", String::from_utf8_lossy(&response.body));
+    let ok = matches!(
+        response.status,
+        Status::Ok | Status::Created | Status::NotModified
+    );
     Ok(if ok {
         ExitCode::SUCCESS
     } else {

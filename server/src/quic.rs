@@ -1,0 +1,220 @@
+//! The Mark protocol over QUIC: the listener, one request per bidirectional stream, the
+//! world chosen by the connection's SNI. Each stream's request is read with the codec's
+//! limits (malformed input gets the codec's answer, and the connection stays open for the
+//! next stream), then answered by the same handlers as the HTTP gateway, so auth, admission
+//! limits and the per-request timeout are the same, and recorded in the same [`Metrics`].
+//!
+//! Shutdown stops accepting connections and streams, lets the streams in flight finish (for
+//! at most the shutdown timeout), then closes the endpoint.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quinn::crypto::rustls::{HandshakeData, QuicServerConfig};
+use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::ListenConfig;
+use crate::handlers::{self, World};
+use crate::http::Metrics;
+use crate::mark::{RequestLimits, Response, Status, read_request};
+use crate::tls::ServerCertificates;
+use crate::worlds::Worlds;
+
+/// The application error code a server closes connections with when it shuts down.
+pub const CLOSE_SHUTDOWN: u32 = 0;
+/// The application error code for a connection whose SNI names no world (normally refused
+/// at the handshake already).
+pub const CLOSE_UNKNOWN_WORLD: u32 = 1;
+/// The code a stream's receive side is stopped with once its request was refused.
+const STOP_REFUSED: u32 = 0;
+
+/// The listener's transport settings (`[listen]`).
+#[derive(Clone, Debug)]
+pub struct QuicSettings {
+    pub address: SocketAddr,
+    /// Concurrent bidirectional streams per connection.
+    pub max_incoming_streams: u32,
+    pub idle_timeout: Duration,
+    /// How long a shutdown waits for streams in flight.
+    pub shutdown_timeout: Duration,
+}
+
+impl From<&ListenConfig> for QuicSettings {
+    fn from(listen: &ListenConfig) -> Self {
+        QuicSettings {
+            address: listen.quic,
+            max_incoming_streams: listen.max_incoming_streams.get(),
+            idle_timeout: listen.idle_timeout,
+            shutdown_timeout: listen.shutdown_timeout,
+        }
+    }
+}
+
+/// Binds the QUIC endpoint: TLS from `certificates`, SNI checked against `worlds`.
+pub fn bind(
+    settings: &QuicSettings,
+    certificates: &Arc<ServerCertificates>,
+    worlds: Arc<Worlds>,
+) -> std::io::Result<Endpoint> {
+    let tls = certificates
+        .server_config(worlds)
+        .map_err(std::io::Error::other)?;
+    let crypto = QuicServerConfig::try_from(tls).map_err(std::io::Error::other)?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(VarInt::from_u32(settings.max_incoming_streams))
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .max_idle_timeout(Some(
+            settings
+                .idle_timeout
+                .try_into()
+                .map_err(std::io::Error::other)?,
+        ));
+    config.transport_config(Arc::new(transport));
+    Endpoint::server(config, settings.address)
+}
+
+/// Serves `endpoint` until `shutdown` completes, then drains the streams in flight (for at
+/// most `shutdown_timeout`) and closes the endpoint.
+pub async fn serve(
+    endpoint: Endpoint,
+    worlds: Arc<Worlds>,
+    metrics: Arc<Metrics>,
+    shutdown_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let streams = TaskTracker::new();
+    let stop = CancellationToken::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            incoming = endpoint.accept() => {
+                let Some(incoming) = incoming else { break };
+                let server = ConnectionServer {
+                    worlds: worlds.clone(),
+                    metrics: metrics.clone(),
+                    streams: streams.clone(),
+                    stop: stop.clone(),
+                };
+                streams.spawn(server.run(incoming));
+            }
+        }
+    }
+    // New connections are refused from here on; open ones get no new streams.
+    endpoint.set_server_config(None);
+    stop.cancel();
+    streams.close();
+    if tokio::time::timeout(shutdown_timeout, streams.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout = ?shutdown_timeout,
+            "QUIC streams still open at the end of the shutdown timeout"
+        );
+    }
+    endpoint.close(VarInt::from_u32(CLOSE_SHUTDOWN), b"server shutting down");
+    endpoint.wait_idle().await;
+}
+
+/// One connection's accept loop.
+struct ConnectionServer {
+    worlds: Arc<Worlds>,
+    metrics: Arc<Metrics>,
+    streams: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl ConnectionServer {
+    async fn run(self, incoming: quinn::Incoming) {
+        // A handshake still running at shutdown is dropped rather than waited for.
+        let handshake = tokio::select! {
+            () = self.stop.cancelled() => return,
+            handshake = incoming => handshake,
+        };
+        let connection = match handshake {
+            Ok(connection) => connection,
+            Err(error) => {
+                tracing::debug!(%error, "QUIC handshake failed");
+                return;
+            }
+        };
+        let Some(world) = self.world_of(&connection) else {
+            connection.close(
+                VarInt::from_u32(CLOSE_UNKNOWN_WORLD),
+                b"no world is served at this name",
+            );
+            return;
+        };
+        loop {
+            tokio::select! {
+                () = self.stop.cancelled() => break,
+                accepted = connection.accept_bi() => match accepted {
+                    Ok((send, recv)) => {
+                        self.streams.spawn(answer(world.clone(), self.metrics.clone(), send, recv));
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "QUIC connection ended");
+                        break;
+                    }
+                },
+            }
+        }
+    }
+
+    /// The world the connection's SNI names (no SNI: the name-less choice of
+    /// [`Worlds::for_host`], which only a single-world server makes).
+    fn world_of(&self, connection: &Connection) -> Option<Arc<World>> {
+        let sni = connection
+            .handshake_data()
+            .and_then(|data| data.downcast::<HandshakeData>().ok())
+            .and_then(|data| data.server_name);
+        self.worlds.for_host(sni.as_deref().unwrap_or(""))
+    }
+}
+
+/// Reads one request from the stream, answers it, and finishes the stream.
+async fn answer(
+    world: Arc<World>,
+    metrics: Arc<Metrics>,
+    mut send: SendStream,
+    mut recv: RecvStream,
+) {
+    let started = Instant::now();
+    let timeout = world.limiter.request_timeout();
+    let read =
+        tokio::time::timeout(timeout, read_request(&mut recv, RequestLimits::default())).await;
+    let response = match read {
+        Ok(Ok(request)) => {
+            let verb = request.verb;
+            let response = handlers::handle(&world, request).await;
+            metrics.observe(&world.name, verb, response.status, started);
+            response
+        }
+        Ok(Err(error)) => {
+            tracing::debug!(%error, world = %world.name, "refused a QUIC request");
+            // The rest of the request is not wanted: tell the client to stop sending.
+            let _ = recv.stop(VarInt::from_u32(STOP_REFUSED));
+            error.to_response()
+        }
+        Err(_elapsed) => {
+            let _ = recv.stop(VarInt::from_u32(STOP_REFUSED));
+            Response::error(Status::ServerError, "could not read request: timed out")
+        }
+    };
+    if let Err(error) = send.write_all(&response.encode()).await {
+        tracing::debug!(%error, "QUIC response not delivered");
+        return;
+    }
+    if send.finish().is_ok() {
+        // Count the stream as in flight until the client has the whole answer, so a
+        // shutdown does not close the connection under it.
+        let _ = send.stopped().await;
+    }
+}

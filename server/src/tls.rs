@@ -1,0 +1,427 @@
+//! TLS for the Mark protocol: the server's certificate (a configured PEM chain and key, or a
+//! self-signed development certificate generated and written to disk so clients can pin it),
+//! swapped whole on reload so open connections keep the certificate they started with, and
+//! the rustls configuration the QUIC listener uses: TLS 1.3 only, ALPN `mark`, and SNI
+//! checked against the served worlds at the handshake (a name no world answers to gets no
+//! certificate, so the handshake fails).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rustls::client::danger::ServerCertVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::config::TlsConfig;
+use crate::worlds::Worlds;
+
+/// The ALPN protocol id of the Mark protocol.
+pub const ALPN_MARK: &[u8] = b"mark";
+/// The development certificate's file name inside its directory.
+pub const DEVELOPMENT_CERT_FILE: &str = "dev-cert.pem";
+/// The development key's file name inside its directory.
+pub const DEVELOPMENT_KEY_FILE: &str = "dev-key.pem";
+/// Names every development certificate covers besides the worlds' authorities.
+pub const LOOPBACK_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The operation a TLS [`Error`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Op {
+    LoadCertificate,
+    LoadKey,
+    Generate,
+    Write,
+    Reload,
+    Configure,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::LoadCertificate => "load certificate",
+            Op::LoadKey => "load key",
+            Op::Generate => "generate certificate",
+            Op::Write => "write certificate",
+            Op::Reload => "reload certificate",
+            Op::Configure => "configure tls",
+        })
+    }
+}
+
+/// What went wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A file could not be read or written.
+    Io,
+    /// A file holds no usable certificate or key, or they do not belong together.
+    Invalid,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::Io => "i/o",
+            ErrorKind::Invalid => "invalid",
+        })
+    }
+}
+
+/// A TLS failure: `tls <op> "<key>": <kind>: <detail>`, the key being the file concerned.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("tls {op} {key:?}: {kind}: {detail}")]
+pub struct Error {
+    op: Op,
+    key: String,
+    kind: ErrorKind,
+    detail: String,
+}
+
+impl Error {
+    pub fn new(op: Op, key: impl Into<String>, kind: ErrorKind, detail: impl Into<String>) -> Self {
+        Error {
+            op,
+            key: key.into(),
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn op(&self) -> Op {
+        self.op
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+/// The one crypto provider (ring, the one the HTTP and S3 clients already use).
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The server's certificate: where it comes from and the one currently served.
+#[derive(Debug)]
+pub struct ServerCertificates {
+    cert: PathBuf,
+    key: PathBuf,
+    generated: bool,
+    current: ArcSwap<CertifiedKey>,
+}
+
+impl ServerCertificates {
+    /// The configured chain and key, or (without `[tls]`) a development certificate for
+    /// `names` under `development_dir`.
+    pub fn from_config(
+        tls: Option<&TlsConfig>,
+        development_dir: &Path,
+        names: &[String],
+    ) -> Result<ServerCertificates, Error> {
+        match tls {
+            Some(tls) => ServerCertificates::from_files(&tls.cert, &tls.key),
+            None => ServerCertificates::development(development_dir, names),
+        }
+    }
+
+    /// A PEM certificate chain (leaf first) and its PEM private key.
+    pub fn from_files(cert: &Path, key: &Path) -> Result<ServerCertificates, Error> {
+        let current = load_certified_key(cert, key, Op::LoadCertificate)?;
+        Ok(ServerCertificates {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            generated: false,
+            current: ArcSwap::from_pointee(current),
+        })
+    }
+
+    /// The development certificate in `dir`: the one written there before when it still
+    /// covers every name in `names` and the loopback names, else a new self-signed one
+    /// written there (certificate and key), so clients can pin the certificate file.
+    pub fn development(dir: &Path, names: &[String]) -> Result<ServerCertificates, Error> {
+        let cert = dir.join(DEVELOPMENT_CERT_FILE);
+        let key = dir.join(DEVELOPMENT_KEY_FILE);
+        let mut wanted: Vec<String> = LOOPBACK_NAMES.iter().map(|n| (*n).to_owned()).collect();
+        for name in names {
+            let name = name.to_ascii_lowercase();
+            if !wanted.contains(&name) {
+                wanted.push(name);
+            }
+        }
+        let reusable = load_certified_key(&cert, &key, Op::LoadCertificate)
+            .ok()
+            .filter(|existing| covers(existing, &wanted));
+        let current = match reusable {
+            Some(existing) => existing,
+            None => {
+                write_development_certificate(dir, &cert, &key, &wanted)?;
+                load_certified_key(&cert, &key, Op::LoadCertificate)?
+            }
+        };
+        Ok(ServerCertificates {
+            cert,
+            key,
+            generated: true,
+            current: ArcSwap::from_pointee(current),
+        })
+    }
+
+    /// The certificate file (for a development certificate: the file clients pin).
+    pub fn cert_path(&self) -> &Path {
+        &self.cert
+    }
+
+    pub fn key_path(&self) -> &Path {
+        &self.key
+    }
+
+    /// Whether this is a generated development certificate.
+    pub fn is_development(&self) -> bool {
+        self.generated
+    }
+
+    /// The certificate served to new connections.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current.load_full()
+    }
+
+    /// Re-reads the certificate and key files and serves them to new connections; open
+    /// connections keep theirs. On failure the old certificate stays.
+    pub fn reload(&self) -> Result<(), Error> {
+        let fresh = load_certified_key(&self.cert, &self.key, Op::Reload)?;
+        self.current.store(Arc::new(fresh));
+        Ok(())
+    }
+
+    /// The rustls server configuration over these certificates: TLS 1.3 only, ALPN `mark`,
+    /// and only names `worlds` serves accepted at the handshake.
+    pub fn server_config(
+        self: &Arc<Self>,
+        worlds: Arc<Worlds>,
+    ) -> Result<rustls::ServerConfig, Error> {
+        let resolver = WorldResolver {
+            certificates: self.clone(),
+            worlds,
+        };
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|error| {
+                Error::new(
+                    Op::Configure,
+                    "",
+                    ErrorKind::Invalid,
+                    format!("TLS 1.3: {error}"),
+                )
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(resolver));
+        config.alpn_protocols = vec![ALPN_MARK.to_vec()];
+        Ok(config)
+    }
+}
+
+/// Hands out the current certificate when the client's SNI names a served world.
+#[derive(Debug)]
+struct WorldResolver {
+    certificates: Arc<ServerCertificates>,
+    worlds: Arc<Worlds>,
+}
+
+impl ResolvesServerCert for WorldResolver {
+    fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let name = client_hello.server_name().unwrap_or("");
+        if self.worlds.for_host(name).is_none() {
+            tracing::debug!(sni = name, "handshake refused: no world at this name");
+            return None;
+        }
+        Some(self.certificates.current())
+    }
+}
+
+fn load_certified_key(cert: &Path, key: &Path, op: Op) -> Result<CertifiedKey, Error> {
+    let cert_key = cert.display().to_string();
+    let key_key = key.display().to_string();
+    let chain_text = std::fs::read(cert)
+        .map_err(|error| Error::new(op, &cert_key, ErrorKind::Io, error.to_string()))?;
+    let chain = CertificateDer::pem_slice_iter(&chain_text)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| Error::new(op, &cert_key, ErrorKind::Invalid, error.to_string()))?;
+    if chain.is_empty() {
+        return Err(Error::new(
+            op,
+            &cert_key,
+            ErrorKind::Invalid,
+            "no PEM certificate in the file",
+        ));
+    }
+    let key_text = std::fs::read(key)
+        .map_err(|error| Error::new(op, &key_key, ErrorKind::Io, error.to_string()))?;
+    let private = PrivateKeyDer::from_pem_slice(&key_text)
+        .map_err(|error| Error::new(op, &key_key, ErrorKind::Invalid, error.to_string()))?;
+    let certified = CertifiedKey::from_der(chain, private, &provider())
+        .map_err(|error| Error::new(op, &key_key, ErrorKind::Invalid, error.to_string()))?;
+    Ok(certified)
+}
+
+/// Whether the leaf certificate is valid now for every name in `names`.
+fn covers(certified: &CertifiedKey, names: &[String]) -> bool {
+    let Some(leaf) = certified.cert.first() else {
+        return false;
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    if roots.add(leaf.clone()).is_err() {
+        return false;
+    }
+    let Ok(verifier) =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+    else {
+        return false;
+    };
+    let now = rustls_pki_types::UnixTime::now();
+    names.iter().all(|name| {
+        rustls_pki_types::ServerName::try_from(name.as_str())
+            .ok()
+            .is_some_and(|server_name| {
+                verifier
+                    .verify_server_cert(leaf, &[], &server_name, &[], now)
+                    .is_ok()
+            })
+    })
+}
+
+fn write_development_certificate(
+    dir: &Path,
+    cert: &Path,
+    key: &Path,
+    names: &[String],
+) -> Result<(), Error> {
+    let dir_key = dir.display().to_string();
+    let generate = |detail: String| Error::new(Op::Generate, &dir_key, ErrorKind::Invalid, detail);
+    let key_pair = rcgen::KeyPair::generate().map_err(|e| generate(e.to_string()))?;
+    let mut params =
+        rcgen::CertificateParams::new(names.to_vec()).map_err(|e| generate(e.to_string()))?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "quire development certificate");
+    let certificate = params
+        .self_signed(&key_pair)
+        .map_err(|e| generate(e.to_string()))?;
+    let write = |path: &Path, text: &str| {
+        std::fs::write(path, text).map_err(|error| {
+            Error::new(
+                Op::Write,
+                path.display().to_string(),
+                ErrorKind::Io,
+                error.to_string(),
+            )
+        })
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|error| Error::new(Op::Write, &dir_key, ErrorKind::Io, error.to_string()))?;
+    write(key, &key_pair.serialize_pem())?;
+    restrict_to_owner(key)?;
+    write(cert, &certificate.pem())?;
+    tracing::info!(
+        cert = %cert.display(),
+        names = ?names,
+        "generated a self-signed development certificate; clients pin it with --ca"
+    );
+    Ok(())
+}
+
+#[cfg(unix)]
+fn restrict_to_owner(path: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|error| {
+        Error::new(
+            Op::Write,
+            path.display().to_string(),
+            ErrorKind::Io,
+            error.to_string(),
+        )
+    })
+}
+
+#[cfg(not(unix))]
+fn restrict_to_owner(_path: &Path) -> Result<(), Error> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn development_certificate_is_written_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ServerCertificates::development(dir.path(), &names(&["docs.test"])).unwrap();
+        assert!(first.is_development());
+        assert!(dir.path().join(DEVELOPMENT_CERT_FILE).is_file());
+        assert!(dir.path().join(DEVELOPMENT_KEY_FILE).is_file());
+        let leaf = first.current().cert[0].clone();
+        assert!(covers(
+            &first.current(),
+            &names(&["docs.test", "localhost", "127.0.0.1", "::1"])
+        ));
+        assert!(!covers(&first.current(), &names(&["other.test"])));
+
+        let again = ServerCertificates::development(dir.path(), &names(&["docs.test"])).unwrap();
+        assert_eq!(
+            again.current().cert[0],
+            leaf,
+            "a covering certificate is reused"
+        );
+
+        let wider = ServerCertificates::development(dir.path(), &names(&["docs.test", "new.test"]))
+            .unwrap();
+        assert_ne!(
+            wider.current().cert[0],
+            leaf,
+            "a new name needs a new certificate"
+        );
+        assert!(covers(&wider.current(), &names(&["new.test"])));
+    }
+
+    #[test]
+    fn a_failed_reload_keeps_the_old_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = ServerCertificates::development(dir.path(), &[]).unwrap();
+        let before = certs.current().cert[0].clone();
+        std::fs::write(certs.cert_path(), "not a certificate").unwrap();
+        let error = certs.reload().unwrap_err();
+        assert_eq!(error.op(), Op::Reload);
+        assert_eq!(error.kind(), ErrorKind::Invalid);
+        assert_eq!(error.key(), certs.cert_path().display().to_string());
+        assert_eq!(certs.current().cert[0], before);
+    }
+
+    #[test]
+    fn missing_files_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("missing.pem");
+        let error = ServerCertificates::from_files(&cert, &cert).unwrap_err();
+        assert_eq!(error.op(), Op::LoadCertificate);
+        assert_eq!(error.kind(), ErrorKind::Io);
+        assert_eq!(error.key(), cert.display().to_string());
+    }
+}
