@@ -1,7 +1,8 @@
 //! The bucket store's own promises beyond the contract: the compactor runs in the background
 //! and stops at close, a store cold-started from a checkpoint reads history from its blocks,
 //! catalog reads reuse a recently confirmed snapshot without touching the bucket, peer hints
-//! end that reuse, and the committed hook reports this store's commits.
+//! end that reuse, the committed hook reports this store's commits, and the store reports
+//! its slots and blob traffic as stats.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -329,4 +330,43 @@ async fn a_watched_hub_polls_the_log_for_peer_commits_without_hints() {
     assert_eq!(paths, ["/unwatched.md", "/watched.md"]);
     writer.close().await;
     follower.close().await;
+
+#[tokio::test]
+async fn stats_count_slots_and_blob_traffic_and_current_reads_no_bytes() {
+    let store = BucketStore::open(Arc::new(MemoryStore::new()), options("w/"))
+        .await
+        .unwrap();
+    let opened = store.stats().blobs.unwrap();
+    publish(&store, "/a.md", "alpha").await;
+    publish(&store, "/b.md", "beta").await;
+    let stats = store.stats();
+    let commits = stats.commits.unwrap();
+    let slots: u64 = commits.batches_by_size.values().sum();
+    let writes: u64 = commits
+        .batches_by_size
+        .iter()
+        .map(|(size, slots)| *size as u64 * slots)
+        .sum();
+    assert_eq!((slots, writes), (commits.slots_won, 2), "{commits:?}");
+    assert_eq!(commits.slots_lost, 0);
+    let traffic = stats.blobs.unwrap().since(&opened);
+    assert!(
+        traffic.requests(quire_blob::Op::Create) >= slots,
+        "{traffic:?}"
+    );
+    assert!(traffic.bytes_up > 0);
+
+    let ctx = Ctx::new();
+    let view = store.open_view(&ctx).await.unwrap();
+    let before = store.stats().blobs.unwrap();
+    let current = view.current(&ctx, "/a.md").await.unwrap();
+    assert_eq!((current.version, current.archived), (1, false));
+    assert_eq!(store.stats().blobs.unwrap().since(&before).bytes_down, 0);
+    let doc = view.get(&ctx, "/a.md", 0).await.unwrap();
+    assert_eq!(
+        (doc.etag, doc.content_hash),
+        (current.etag, current.body_hash)
+    );
+    assert!(store.stats().blobs.unwrap().since(&before).bytes_down > 0);
+    view.close();
 }
