@@ -451,7 +451,6 @@ impl Replica {
             })
             .buffered(REPLAY_READERS);
         let mut applied = 1;
-        let mut retired = tip::Retired::default();
         while let Some(slot) = reads.try_next().await? {
             if slot.slot.first != self.state.sequence() + 1 {
                 return Err(Error::integrity(
@@ -460,7 +459,6 @@ impl Replica {
                     format!("gap in the log after sequence {}", self.state.sequence()),
                 ));
             }
-            retired.push(self.state.clone());
             self.apply(&slot)?;
             applied += 1;
         }

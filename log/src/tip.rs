@@ -6,10 +6,6 @@
 //! read in parallel and applied in order. Any gap, foreign key under `log/`, slot that fails
 //! to decode or apply, or listed slot missing on read is an integrity error: nothing built on
 //! it may be served.
-//!
-//! Applying a slot copies the tree nodes it touches and leaves the previous state's copies
-//! to be freed; replay hands those states to [`Retired`], which frees them off the applying
-//! thread, so the slots apply back to back.
 
 use futures::{StreamExt, TryStreamExt};
 use quire_blob::BlobStore;
@@ -23,42 +19,6 @@ use crate::state::WorldState;
 /// waves of reads, about what applying them takes. Slots read ahead of the one applying are
 /// held in memory (each at most the slot's inline budget).
 pub const REPLAY_READERS: usize = 64;
-
-/// States replay has moved past, freed in batches on the runtime's blocking pool: freeing
-/// the nodes each apply copied is a good share of a slot's cost, and nothing waits for it.
-/// Without a runtime they are freed where they are dropped.
-#[derive(Debug, Default)]
-pub struct Retired(Vec<WorldState>);
-
-impl Retired {
-    /// How many states are freed together.
-    const BATCH: usize = 64;
-
-    pub fn push(&mut self, state: WorldState) {
-        self.0.push(state);
-        if self.0.len() >= Self::BATCH {
-            self.release();
-        }
-    }
-
-    fn release(&mut self) {
-        let states = std::mem::take(&mut self.0);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(move || drop(states));
-            }
-            Err(_) => drop(states),
-        }
-    }
-}
-
-impl Drop for Retired {
-    fn drop(&mut self) {
-        if !self.0.is_empty() {
-            self.release();
-        }
-    }
-}
 
 /// Reads and decodes the slot named `sequence`; `None` when no slot has that name.
 pub async fn read_slot(
@@ -142,7 +102,6 @@ pub async fn replay_observed(
         })
         .buffered(REPLAY_READERS);
     let mut applied = 0;
-    let mut retired = Retired::default();
     while let Some(slot) = reads.try_next().await? {
         if slot.slot.first != state.sequence() + 1 {
             return Err(Error::integrity(
@@ -151,8 +110,7 @@ pub async fn replay_observed(
                 format!("gap in the log after sequence {}", state.sequence()),
             ));
         }
-        let next = state.apply(&slot)?;
-        retired.push(std::mem::replace(state, next));
+        *state = state.apply(&slot)?;
         observe(&slot);
         applied += 1;
     }
