@@ -50,7 +50,7 @@ use quire_blob::{BlobStore, Metered};
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::{Compactor, OpenOptions, Policy, Replica, Step};
 use quire_log::build::{Mutation, PreparedWrite};
-use quire_log::commit::{self, CommittedHook, Committer, CommitterConfig};
+use quire_log::commit::{self, CommittedHook, Committer, CommitterConfig, Folded};
 use quire_log::{
     Clock, DocPath, DocState, Location, StoreId, SystemClock, VersionRecord, WorldId, WorldState,
     keys, tip,
@@ -452,7 +452,12 @@ impl BucketStore {
             elapsed: options.elapsed.clone(),
         });
         let compaction = match (&options.compaction, options.read_only) {
-            (Some(policy), false) => Some(start_compactor(replica, policy.clone(), &options)),
+            (Some(policy), false) => Some(start_compactor(
+                replica,
+                shared.committer.clone(),
+                policy.clone(),
+                &options,
+            )),
             _ => None,
         };
         let feed = CancellationToken::new();
@@ -659,7 +664,12 @@ fn start_feed(
     });
 }
 
-fn start_compactor(replica: Replica, policy: Policy, options: &BucketOptions) -> Compaction {
+fn start_compactor(
+    replica: Replica,
+    committer: Option<Committer>,
+    policy: Policy,
+    options: &BucketOptions,
+) -> Compaction {
     let stop = CancellationToken::new();
     let (done_tx, done) = oneshot::channel();
     let (steps_tx, steps) = watch::channel(None);
@@ -667,7 +677,7 @@ fn start_compactor(replica: Replica, policy: Policy, options: &BucketOptions) ->
     let every = options.compact_every;
     let token = stop.clone();
     tokio::spawn(async move {
-        compact(replica, compactor, every, token, steps_tx).await;
+        compact(replica, committer, compactor, every, token, steps_tx).await;
         let _ = done_tx.send(());
     });
     Compaction {
@@ -679,8 +689,10 @@ fn start_compactor(replica: Replica, policy: Policy, options: &BucketOptions) ->
 
 /// The compactor's loop: wait, replay what the log gained, step; until stopped. A step cut
 /// short by the stop costs only what it wrote (an unfinished checkpoint is never named).
+/// After a checkpoint is written or adopted, the committer sheds what it holds.
 async fn compact(
     mut replica: Replica,
+    committer: Option<Committer>,
     mut compactor: Compactor,
     every: Duration,
     stop: CancellationToken,
@@ -692,14 +704,21 @@ async fn compact(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
         }
+        let mut before = None;
         let step = async {
             replica.catch_up().await?;
+            before = Some(replica.state().clone());
             compactor.step(&mut replica).await
         };
         tokio::select! {
             () = stop.cancelled() => return,
             result = step => match result {
                 Ok(step) => {
+                    let moved = matches!(step, Step::Written { .. } | Step::Adopted(_));
+                    if let (true, Some(committer), Some(before)) = (moved, &committer, before) {
+                        let paths = before.changed_paths(replica.state());
+                        committer.shed(Folded::from_state(replica.state(), paths)).await;
+                    }
                     steps.send_replace(Some(step));
                 }
                 Err(e) => tracing::warn!(error = %e, "compaction step failed"),

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo bench -p quire-checkpoint --bench coldstart -- [--docs N] [--dir PATH]
-//!     [--intervals K] [--writes W] [--phase all|build|coldstart|replay|writes]
+//!     [--intervals K] [--writes W] [--runs R] [--phase all|build|coldstart|replay|writes]
 //! ```
 //!
 //! Phases (`all` runs each in its own process, so memory figures are per phase):
@@ -12,8 +12,11 @@
 //!   every 64 slots, as a running store would.
 //! - `coldstart`: a fresh process opens the world: newest checkpoint, root, shards, replay.
 //!   Reports the time, the resident set after it and its peak.
-//! - `replay`: cold start, then 1024 slots of 16 uniform random rewrites are committed and
-//!   replayed by the replica (timed).
+//! - `replay`: cold start, then `R` times (default 3): 1024 slots of 16 uniform random
+//!   rewrites are committed and replayed by the replica (timed; wall time and CPU time, which
+//!   holds on a busy machine), then the median. Replay barely depends on the world's size,
+//!   so a smaller world built once (`--docs 100000 --phase build --dir D`, then
+//!   `--phase replay --dir D`) measures it in seconds; each run adds its slots to the world.
 //! - `writes`: cold start, then `K` intervals of `W` uniform random rewrites (default 15,000:
 //!   250 writes/s for 60 s), a checkpoint after each; reports checkpoint bytes per write. The
 //!   interval whose checkpoint crosses the base grid rewrites the whole index (a full
@@ -61,6 +64,7 @@ struct Args {
     dir: PathBuf,
     intervals: usize,
     writes: u64,
+    runs: usize,
     phase: String,
 }
 
@@ -70,6 +74,7 @@ fn parse_args() -> Args {
         dir: std::env::temp_dir().join("quire-coldstart"),
         intervals: 6,
         writes: 15_000,
+        runs: 3,
         phase: "all".into(),
     };
     let mut it = std::env::args().skip(1);
@@ -80,6 +85,7 @@ fn parse_args() -> Args {
             "--dir" => args.dir = PathBuf::from(value()),
             "--intervals" => args.intervals = value().parse().expect("--intervals K"),
             "--writes" => args.writes = value().parse().expect("--writes W"),
+            "--runs" => args.runs = value().parse().expect("--runs R"),
             "--phase" => args.phase = value(),
             "--bench" => {}
             other => panic!("unknown argument {other}"),
@@ -100,6 +106,26 @@ fn memory() -> (f64, f64) {
             .map_or(f64::NAN, |kb| kb / 1024.0)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// CPU seconds used so far, by this thread (`thread`) or the whole process: a measure that
+/// holds on a machine busy with other work, where wall time does not.
+fn cpu_seconds(thread: bool) -> f64 {
+    let path = if thread {
+        "/proc/thread-self/stat"
+    } else {
+        "/proc/self/stat"
+    };
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th
+    // and 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) / 100.0,
+        _ => f64::NAN,
+    }
 }
 
 fn doc_path(i: u64) -> String {
@@ -336,16 +362,29 @@ async fn replay(args: &Args) {
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let docs = replica.state().doc_count();
-    generator
-        .rewrites(&replica, docs, 1024 * 16, 16, &mut rng)
-        .await;
-    let region = Region::new(HEAP);
-    let t = Instant::now();
-    let applied = replica.catch_up().await.unwrap();
+    let mut walls = Vec::new();
+    for run in 0..args.runs.max(1) {
+        generator
+            .rewrites(&replica, docs, 1024 * 16, 16, &mut rng)
+            .await;
+        let region = Region::new(HEAP);
+        let (cpu, applying) = (cpu_seconds(false), cpu_seconds(true));
+        let t = Instant::now();
+        let applied = replica.catch_up().await.unwrap();
+        let wall = t.elapsed().as_secs_f64();
+        println!(
+            "replay {run}: {applied} slots (16 writes each) in {wall:.3} s (cpu {:.2} s, {:.2} s on the applying thread), heap +{:.0} MiB",
+            cpu_seconds(false) - cpu,
+            cpu_seconds(true) - applying,
+            heap_mib(&region)
+        );
+        walls.push(wall);
+    }
+    walls.sort_by(f64::total_cmp);
     println!(
-        "replay: {applied} slots (16 writes each) in {:.3} s, heap +{:.0} MiB",
-        t.elapsed().as_secs_f64(),
-        heap_mib(&region)
+        "replay: median {:.3} s of {} runs",
+        walls[walls.len() / 2],
+        walls.len()
     );
     let t = Instant::now();
     let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
@@ -411,6 +450,7 @@ fn main() {
                 .args(["--dir", &args.dir.display().to_string()])
                 .args(["--intervals", &args.intervals.to_string()])
                 .args(["--writes", &args.writes.to_string()])
+                .args(["--runs", &args.runs.to_string()])
                 .status()
                 .unwrap();
             assert!(status.success(), "phase {phase} failed");

@@ -28,7 +28,7 @@ use crate::objects::read_verified;
 /// How many shards cold start and adoption read at once, by default.
 pub const DEFAULT_LOAD_WORKERS: usize = 32;
 /// How many slots replay reads at once.
-const REPLAY_READERS: usize = 16;
+const REPLAY_READERS: usize = tip::REPLAY_READERS;
 
 /// The checkpoint a replica's state rests on.
 #[derive(Clone, Debug)]

@@ -43,6 +43,12 @@
 //!
 //! The served state ([`Committer::state`]) advances only by installing states that are
 //! further along the log: this store's confirmed slots, slots that beat it, and refreshes.
+//!
+//! Every state the committer holds records each document's versions committed since the
+//! checkpoint it started from, so a long-running writer would hold every version it ever
+//! wrote. [`Committer::shed`] hands it what a newer checkpoint holds: the documents' history
+//! blocks replace their recent versions up to the checkpoint, so what it retains is bounded
+//! by what the newest checkpoint does not cover.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -65,7 +71,7 @@ use crate::clock::Clock;
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::ids::{Hash, OperationId, StoreId};
 use crate::keys;
-use crate::model::{DocSummary, Location, VersionRecord};
+use crate::model::{DocSummary, HistoryBlockRef, Location, VersionRecord};
 use crate::path::DocPath;
 use crate::slot::{DEFAULT_INLINE_LIMIT, EncodedSlot, MAX_SLOT_ENTRIES, Slot};
 use crate::state::WorldState;
@@ -203,7 +209,8 @@ pub struct Outcome {
 /// Counters for tests and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CommitStats {
-    /// Members per batch sealed, in order (a batch rebuilt after a lost race counts again).
+    /// Members per batch sealed, in order (a batch rebuilt after a lost race counts again);
+    /// the newest [`BATCH_SIZES_KEPT`] only, so a long-running writer's counters stay small.
     pub batch_sizes: Vec<usize>,
     /// Slots sealed (each created or lost, never both) by their entry count: bounded, for
     /// metrics (the list above grows with every batch).
@@ -220,6 +227,60 @@ pub struct CommitStats {
     pub handoffs: u64,
 }
 
+/// How many of the newest batch sizes [`CommitStats::batch_sizes`] keeps.
+pub const BATCH_SIZES_KEPT: usize = 1024;
+
+/// What a checkpoint holds of one document: its versions through `through`, in the history
+/// blocks `history` (the checkpoint's list for the document, oldest first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Folded {
+    pub path: DocPath,
+    pub history: Arc<[HistoryBlockRef]>,
+    pub through: u64,
+}
+
+impl Folded {
+    /// What `checkpointed`, a state resting on a checkpoint, holds folded for each of
+    /// `paths`; documents it holds no history blocks for are skipped.
+    pub fn from_state(
+        checkpointed: &WorldState,
+        paths: impl IntoIterator<Item = DocPath>,
+    ) -> Vec<Folded> {
+        paths
+            .into_iter()
+            .filter_map(|path| {
+                let doc = checkpointed.doc(&path)?;
+                let through = doc.history.last()?.last;
+                Some(Folded {
+                    history: doc.history.clone(),
+                    through,
+                    path,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Folds what a checkpoint holds of one document into `state`, when `state` has the
+/// document at or past `through` and does not already hold that much folded. What readers
+/// see does not change.
+fn fold_into(state: &mut WorldState, folded: &Folded) {
+    let Some(doc) = state.doc(&folded.path) else {
+        return;
+    };
+    let covered = doc.history.last().map_or(0, |b| b.last);
+    if folded.through <= covered || folded.through > doc.current {
+        return;
+    }
+    if let Err(e) = state.fold_history(&folded.path, folded.history.clone(), folded.through) {
+        tracing::warn!("could not shed the history of {}: {e}", folded.path);
+    }
+}
+
+/// How many documents the committer folds per turn of its loop, so shedding a large
+/// checkpoint does not hold up commits.
+const SHED_PER_TURN: usize = 256;
+
 const QUEUED: u8 = 0;
 const TAKEN: u8 = 1;
 const ABANDONED: u8 = 2;
@@ -235,6 +296,7 @@ struct Pending {
 enum Msg {
     Submit(Pending),
     Follow(u64),
+    Shed(Vec<Folded>, oneshot::Sender<()>),
     Close(oneshot::Sender<()>),
 }
 
@@ -367,6 +429,8 @@ impl Committer {
             yield_until: None,
             handoff_until: None,
             own_slots: VecDeque::new(),
+            shedding: VecDeque::new(),
+            shed_waiters: Vec::new(),
             lost_streak: 0,
             read_ahead: false,
             cache: Arc::default(),
@@ -498,6 +562,32 @@ impl Committer {
             yields: stats.yields,
             handoffs: stats.handoffs,
         }
+    }
+
+    /// Sheds what a checkpoint holds: each document of `folded` takes its history blocks in
+    /// every state the committer keeps, dropping its recent versions up to the checkpoint.
+    /// Answers once the committer holds only the shed states (or has stopped). What
+    /// readers see does not change.
+    pub async fn shed(&self, folded: Vec<Folded>) {
+        if folded.is_empty() {
+            return;
+        }
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Msg::Shed(folded, done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    /// How many version records the served state keeps besides the checkpoint's history
+    /// blocks (every document's recent versions). O(documents): for tests and occasional
+    /// metrics.
+    pub fn retained_versions(&self) -> u64 {
+        self.shared
+            .served
+            .borrow()
+            .docs()
+            .map(|d| d.recent.len() as u64)
+            .sum()
     }
 
     /// Refuses queued and later writes with [`ErrorKind::Closed`], lets a slot being
@@ -651,6 +741,10 @@ struct Actor {
     handoff_until: Option<Instant>,
     /// `(first, last)` of this store's recent slots, oldest first.
     own_slots: VecDeque<(u64, u64)>,
+    /// What checkpoints hold and the committer's states do not yet fold, oldest first.
+    shedding: VecDeque<Folded>,
+    /// Answered once `shedding` is empty.
+    shed_waiters: Vec<oneshot::Sender<()>>,
     /// Races lost since the last win.
     lost_streak: u32,
     /// A peer hinted at slots this store has not read: read them before the next create
@@ -685,6 +779,7 @@ impl Actor {
                 }
             }
             self.expire_queue();
+            self.shed_some();
             if self.closing.is_none() {
                 self.fill_pipeline().await;
                 if self.read_ahead && self.creating.is_none() {
@@ -705,6 +800,42 @@ impl Actor {
                 return;
             }
             self.wait().await;
+        }
+    }
+
+    /// Folds up to [`SHED_PER_TURN`] documents of what checkpoints hold into every state the
+    /// committer keeps: the tail, each batch's working and sealed states, and the served
+    /// state (without waking its watchers: what they see does not change).
+    fn shed_some(&mut self) {
+        let take = self.shedding.len().min(SHED_PER_TURN);
+        if take == 0 {
+            return;
+        }
+        let chunk: Vec<Folded> = self.shedding.drain(..take).collect();
+        for folded in &chunk {
+            fold_into(&mut self.tail, folded);
+            for batch in &mut self.batches {
+                fold_into(&mut batch.working, folded);
+                if let Some(sealed) = &mut batch.sealed {
+                    fold_into(&mut sealed.result, folded);
+                }
+            }
+        }
+        let tail = &self.tail;
+        self.shared.served.send_if_modified(|served| {
+            if served.sequence() == tail.sequence() {
+                *served = tail.clone();
+            } else {
+                for folded in &chunk {
+                    fold_into(served, folded);
+                }
+            }
+            false
+        });
+        if self.shedding.is_empty() {
+            for done in self.shed_waiters.drain(..) {
+                let _ = done.send(());
+            }
         }
     }
 
@@ -781,6 +912,10 @@ impl Actor {
                     self.queue.push_back(pending);
                 }
             }
+            Msg::Shed(folded, done) => {
+                self.shedding.extend(folded);
+                self.shed_waiters.push(done);
+            }
             Msg::Close(done) => self.closing.get_or_insert_with(Vec::new).push(done),
             Msg::Follow(sequence) => {
                 let ours = self
@@ -830,6 +965,8 @@ impl Actor {
             Some(done) = self.staging.join_next(), if !self.staging.is_empty() => Event::Staged(done),
             () = sleep_until_opt(hold_until), if hold_until.is_some() => Event::Timer,
             () = sleep_until_opt(next_deadline), if next_deadline.is_some() => Event::Timer,
+            // More to shed: take another turn once nothing else is ready.
+            () = std::future::ready(()), if !self.shedding.is_empty() => Event::Timer,
         };
         if !matches!(event, Event::Created(_)) {
             self.creating = creating;
@@ -1239,6 +1376,11 @@ impl Actor {
                             .slots_by_entries
                             .entry(slot.slot.entries.len())
                             .or_default() += 1;
+                    }
+                    let excess = stats.batch_sizes.len().saturating_sub(BATCH_SIZES_KEPT);
+                    // Trimmed in chunks, so each push stays O(1) amortized.
+                    if excess >= BATCH_SIZES_KEPT / 4 {
+                        stats.batch_sizes.drain(..excess);
                     }
                 }
                 if short {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::*;
-use quire_blob::BlobStore;
 use quire_blob::memory::MemoryStore;
+use quire_blob::{BlobStore, LatencyProfile};
 use quire_log::{ErrorKind, WorldState, keys, tip};
 
 const PREFIX: &str = "world/";
@@ -150,4 +150,28 @@ async fn foreign_and_corrupt_objects_are_integrity_errors() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Integrity);
     assert_eq!(state.sequence(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn replay_keeps_many_slot_reads_in_flight() {
+    // Every get and listing takes a bucket's round trip; the clock is paused, so elapsed
+    // time counts round trips, not work.
+    let round_trip = std::time::Duration::from_millis(30);
+    let (memory, want) = bucket(300).await;
+    let store = quire_blob::Simulated::new(memory, 1)
+        .with_latency(quire_blob::Op::Get, LatencyProfile::Fixed(round_trip))
+        .with_latency(quire_blob::Op::List, LatencyProfile::Fixed(round_trip));
+    let mut state = WorldState::genesis(WORLD);
+    let started = tokio::time::Instant::now();
+    let applied = tip::catch_up(&store, PREFIX, &mut state).await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(applied, 300);
+    assert!(state == want);
+    // The probe, one listing, then the other 299 slots in waves of REPLAY_READERS reads
+    // (one read after another would take 300 round trips).
+    let waves = 299usize.div_ceil(tip::REPLAY_READERS) as u32;
+    assert!(
+        elapsed <= round_trip * (2 + waves + 1),
+        "{elapsed:?} for {waves} waves"
+    );
 }
