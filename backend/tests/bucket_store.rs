@@ -330,6 +330,7 @@ async fn a_watched_hub_polls_the_log_for_peer_commits_without_hints() {
     assert_eq!(paths, ["/unwatched.md", "/watched.md"]);
     writer.close().await;
     follower.close().await;
+}
 
 #[tokio::test]
 async fn stats_count_slots_and_blob_traffic_and_current_reads_no_bytes() {
