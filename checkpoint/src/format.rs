@@ -484,17 +484,26 @@ fn decode_entry<'a>(
         Some((r.uint()?, r.uint()?))
     };
     let blocks = r.array()?;
-    let mut history = Vec::with_capacity(blocks.min(64));
-    for _ in 0..blocks {
+    let mut history_ref = || -> ReadResult<HistoryBlockRef> {
         if r.array()? != 3 {
             return Err(at("a history reference is three fields"));
         }
-        history.push(HistoryBlockRef {
+        Ok(HistoryBlockRef {
             first: r.uint()?,
             last: r.uint()?,
             hash: r.hash()?,
-        });
-    }
+        })
+    };
+    // Most documents have one block: shared without an intermediate list.
+    let history: Arc<[HistoryBlockRef]> = if blocks == 1 {
+        Arc::new([history_ref()?])
+    } else {
+        let mut history = Vec::with_capacity(blocks.min(64));
+        for _ in 0..blocks {
+            history.push(history_ref()?);
+        }
+        Arc::from(history)
+    };
     if current == 0 || first == 0 || first > current {
         return Err(at("version range out of order"));
     }
@@ -535,7 +544,7 @@ fn decode_entry<'a>(
             size,
             location: location_of(location),
         },
-        history: Arc::from(history),
+        history,
         recent: Default::default(),
     })
 }

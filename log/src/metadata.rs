@@ -310,20 +310,27 @@ impl DocCatalog {
             .clone()
             .map(|(k, v)| digits(k.len()) + digits(v.len()) + 2 + k.len() + v.len())
             .sum();
-        let mut text = String::with_capacity(size + title.len());
-        for (key, value) in metadata {
-            for part in [key, value] {
-                text.push_str(&part.len().to_string());
-                text.push(':');
-                text.push_str(part);
+        // Built in a reused buffer, so the record costs one allocation (its own).
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        SCRATCH.with_borrow_mut(|text| {
+            text.clear();
+            text.reserve(size + title.len());
+            for (key, value) in metadata {
+                for part in [key, value] {
+                    text.push_str(itoa(part.len(), &mut [0; 20]));
+                    text.push(':');
+                    text.push_str(part);
+                }
             }
-        }
-        let title_at = text.len();
-        text.push_str(title);
-        DocCatalog {
-            text: Arc::from(text),
-            title_at,
-        }
+            let title_at = text.len();
+            text.push_str(title);
+            DocCatalog {
+                text: Arc::from(text.as_str()),
+                title_at,
+            }
+        })
     }
 
     /// The declared title, else the first level-1 heading, else the path's last segment.
@@ -398,6 +405,20 @@ impl std::fmt::Debug for DocCatalog {
             .field("metadata", &self.metadata().collect::<Vec<_>>())
             .finish()
     }
+}
+
+/// `n` in decimal, written into `buf` without allocating.
+fn itoa(mut n: usize, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).expect("ASCII digits")
 }
 
 /// The metadata pairs of a [`DocCatalog`], in key order.

@@ -119,32 +119,46 @@ pub fn ordset_from_sorted<K: Ord + Clone>(sorted: Vec<K>) -> OrdSet<K> {
     set
 }
 
-/// Sorts documents by path, the two halves on two threads, then merges them.
+/// Sorts documents by path: their paths and positions are sorted (the two halves on two
+/// threads, then merged), so a comparison reads the path without first reading the
+/// document, and the documents are then moved into that order.
 fn sort_by_path(docs: &mut Vec<Arc<DocState>>) {
-    let by_path = |a: &Arc<DocState>, b: &Arc<DocState>| a.path.cmp(&b.path);
-    if docs.len() < 1 << 14 {
-        docs.sort_by(by_path);
-        return;
+    let mut keys: Vec<(&str, usize)> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.path.as_str(), i))
+        .collect();
+    if keys.len() < 1 << 14 {
+        keys.sort_unstable();
+    } else {
+        let (left, right) = keys.split_at_mut(docs.len() / 2);
+        std::thread::scope(|scope| {
+            scope.spawn(|| right.sort_unstable());
+            left.sort_unstable();
+        });
+        let mut merged = Vec::with_capacity(keys.len());
+        let (left, right) = keys.split_at(docs.len() / 2);
+        let (mut l, mut r) = (0, 0);
+        while l < left.len() && r < right.len() {
+            if right[r] < left[l] {
+                merged.push(right[r]);
+                r += 1;
+            } else {
+                merged.push(left[l]);
+                l += 1;
+            }
+        }
+        merged.extend_from_slice(&left[l..]);
+        merged.extend_from_slice(&right[r..]);
+        keys = merged;
     }
-    let mut right = docs.split_off(docs.len() / 2);
-    std::thread::scope(|scope| {
-        scope.spawn(|| right.sort_by(by_path));
-        docs.sort_by(by_path);
-    });
-    let mut merged = Vec::with_capacity(docs.len() + right.len());
-    let mut left = std::mem::take(docs).into_iter().peekable();
-    let mut right = right.into_iter().peekable();
-    while let (Some(l), Some(r)) = (left.peek(), right.peek()) {
-        let next = if r.path < l.path {
-            right.next()
-        } else {
-            left.next()
-        };
-        merged.extend(next);
-    }
-    merged.extend(left);
-    merged.extend(right);
-    *docs = merged;
+    let order: Vec<usize> = keys.into_iter().map(|(_, i)| i).collect();
+    let mut slots: Vec<Option<Arc<DocState>>> =
+        std::mem::take(docs).into_iter().map(Some).collect();
+    *docs = order
+        .into_iter()
+        .map(|i| slots[i].take().expect("each document is placed once"))
+        .collect();
 }
 
 /// The path of child `name` of directory `dir`: where a document named so would live, and
