@@ -31,14 +31,14 @@ pub fn state_digest(state: &WorldState) -> Hash {
         buf.push(u8::from(doc.archived));
         buf.extend_from_slice(&doc.body_hash.0);
         push_u64(&mut buf, doc.modified.0);
-        push_str(&mut buf, &doc.catalog.title);
-        push_u64(&mut buf, doc.catalog.tags.len() as u64);
-        for tag in &doc.catalog.tags {
+        push_str(&mut buf, doc.catalog.title());
+        push_u64(&mut buf, doc.catalog.tags().count() as u64);
+        for tag in doc.catalog.tags() {
             push_str(&mut buf, tag);
         }
-        push_str(&mut buf, &doc.catalog.importance);
-        push_u64(&mut buf, doc.catalog.metadata.len() as u64);
-        for (k, v) in &doc.catalog.metadata {
+        push_str(&mut buf, &doc.catalog.importance());
+        push_u64(&mut buf, doc.catalog.metadata().count() as u64);
+        for (k, v) in doc.catalog.metadata() {
             push_str(&mut buf, k);
             push_str(&mut buf, v);
         }

@@ -51,7 +51,7 @@ pub async fn export_document(
         first: doc.first,
         current: doc.current,
         archived: doc.archived,
-        catalog: (*doc.catalog).clone(),
+        catalog: doc.catalog.to_catalog(),
         versions,
     })
 }

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use quire_log::metadata::{self, Catalog, Metadata};
+use quire_log::metadata::{self, DocCatalog, Metadata};
 use quire_log::model::HistoryBlockRef;
 use quire_log::slot::MAX_VERSION_SIZE;
 use quire_log::{DocPath, DocState, Hash, Location, Timestamp, VersionRecord, WorldId};
@@ -357,25 +357,6 @@ struct ShardWire {
     entries: Vec<EntryWire>,
 }
 
-/// The catalog record a stored title and metadata stand for (tags and importance derive from
-/// the metadata exactly as the log derives them).
-fn catalog_of(title: String, metadata: Metadata) -> Catalog {
-    let tags = metadata
-        .get("tags")
-        .map(|t| metadata::split_tags(t).map(str::to_owned).collect())
-        .unwrap_or_default();
-    let importance = metadata
-        .get("importance")
-        .and_then(|v| metadata::canonical_importance(v))
-        .unwrap_or_else(|| metadata::DEFAULT_IMPORTANCE.to_owned());
-    Catalog {
-        title,
-        tags,
-        importance,
-        metadata,
-    }
-}
-
 /// Encodes shard `index` under `bits`: each document with the history references that hold
 /// its versions. `docs` must be path-sorted and belong to the shard.
 pub fn encode_shard(
@@ -385,14 +366,6 @@ pub fn encode_shard(
 ) -> Result<Bytes> {
     let mut entries = Vec::with_capacity(docs.len());
     for (doc, history) in docs {
-        let rebuilt = catalog_of(doc.catalog.title.clone(), doc.catalog.metadata.clone());
-        if rebuilt != *doc.catalog {
-            return Err(Error::integrity(
-                Op::Write,
-                doc.path.as_str(),
-                "catalog record does not derive from its metadata",
-            ));
-        }
         entries.push(EntryWire(
             doc.path.as_str().to_owned(),
             doc.current,
@@ -400,8 +373,8 @@ pub fn encode_shard(
             doc.archived,
             doc.body_hash,
             doc.modified,
-            doc.catalog.title.clone(),
-            doc.catalog.metadata.clone(),
+            doc.catalog.title().to_owned(),
+            doc.catalog.metadata_map(),
             doc.head.hash,
             doc.head.size,
             wire_location(doc.head.location),
@@ -440,8 +413,9 @@ pub fn decode_shard(
         )));
     }
     let mut docs: Vec<DocState> = Vec::with_capacity(n);
+    let mut pairs = Vec::new();
     for i in 0..n {
-        let doc = decode_entry(&mut r, bits, index, sequence, docs.last())
+        let doc = decode_entry(&mut r, bits, index, sequence, docs.last(), &mut pairs)
             .map_err(|why| bad(format!("entry {i} {why}")))?;
         docs.push(doc);
     }
@@ -472,12 +446,13 @@ fn shard_header(r: &mut Reader<'_>) -> ReadResult<(u64, u64, u64, usize)> {
 }
 
 /// One shard entry, checked against the shard and the entry before it.
-fn decode_entry(
-    r: &mut Reader<'_>,
+fn decode_entry<'a>(
+    r: &mut Reader<'a>,
     bits: u8,
     index: u32,
     sequence: u64,
     previous: Option<&DocState>,
+    pairs: &mut Vec<(&'a str, &'a str)>,
 ) -> ReadResult<DocState> {
     if r.array()? != 12 {
         return Err("is not an array of twelve fields".into());
@@ -496,8 +471,8 @@ fn decode_entry(
     let archived = r.bool()?;
     let body_hash = r.hash()?;
     let modified = Timestamp(r.uint()?);
-    let title = r.text()?.to_owned();
-    let meta = r.text_map()?;
+    let title = r.text()?;
+    r.text_pairs(pairs)?;
     let etag = r.hash()?;
     let size = r.uint()?;
     let location = if r.null()? {
@@ -509,21 +484,30 @@ fn decode_entry(
         Some((r.uint()?, r.uint()?))
     };
     let blocks = r.array()?;
-    let mut history = Vec::with_capacity(blocks.min(64));
-    for _ in 0..blocks {
+    let mut history_ref = || -> ReadResult<HistoryBlockRef> {
         if r.array()? != 3 {
             return Err(at("a history reference is three fields"));
         }
-        history.push(HistoryBlockRef {
+        Ok(HistoryBlockRef {
             first: r.uint()?,
             last: r.uint()?,
             hash: r.hash()?,
-        });
-    }
+        })
+    };
+    // Most documents have one block: shared without an intermediate list.
+    let history: Arc<[HistoryBlockRef]> = if blocks == 1 {
+        Arc::new([history_ref()?])
+    } else {
+        let mut history = Vec::with_capacity(blocks.min(64));
+        for _ in 0..blocks {
+            history.push(history_ref()?);
+        }
+        Arc::from(history)
+    };
     if current == 0 || first == 0 || first > current {
         return Err(at("version range out of order"));
     }
-    if title.is_empty() || !metadata::is_normal(&meta) {
+    if title.is_empty() || !metadata::pairs_are_normal(pairs.iter().copied()) {
         return Err(at("catalog record is not valid"));
     }
     if size > MAX_VERSION_SIZE {
@@ -551,7 +535,7 @@ fn decode_entry(
         archived,
         body_hash,
         modified,
-        catalog: Arc::new(catalog_of(title, meta)),
+        catalog: DocCatalog::new(title, pairs.iter().copied()),
         head: VersionRecord {
             version: current,
             hash: etag,
@@ -560,7 +544,7 @@ fn decode_entry(
             size,
             location: location_of(location),
         },
-        history: Arc::from(history),
+        history,
         recent: Default::default(),
     })
 }
@@ -707,7 +691,10 @@ mod tests {
             archived: current > 300,
             body_hash: record.body_hash,
             modified: record.modified,
-            catalog: Arc::new(catalog_of("A title".into(), meta)),
+            catalog: DocCatalog::new(
+                "A title",
+                meta.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            ),
             head: record,
             history: block_ranges(2, current)
                 .map(|(first, last)| HistoryBlockRef {

@@ -258,7 +258,7 @@ impl Replica {
         let marks = tokio::task::spawn_blocking(move || {
             let mut marks = marks;
             marks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            marks.into_iter().collect::<OrdMap<DocPath, u64>>()
+            quire_log::state::ordmap_from_sorted(marks)
         });
         let state = WorldState::restore_shared(marker.world, sequence, base.checkpoint.tip, docs)
             .map_err(|e| Error::from_log(op, e))?;

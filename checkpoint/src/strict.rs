@@ -156,20 +156,19 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    /// A map of text to text with strictly increasing keys.
-    pub(crate) fn text_map(&mut self) -> Read<std::collections::BTreeMap<String, String>> {
+    /// A map of text to text with strictly increasing keys, as its pairs (borrowed from the
+    /// input, so nothing is allocated per pair).
+    pub(crate) fn text_pairs(&mut self, out: &mut Vec<(&'a str, &'a str)>) -> Read<()> {
         let n = self.map()?;
-        let mut out = std::collections::BTreeMap::new();
-        let mut previous: Option<&str> = None;
+        out.clear();
         for _ in 0..n {
             let key = self.text()?;
-            if previous.is_some_and(|p| p >= key) {
+            if out.last().is_some_and(|(p, _)| *p >= key) {
                 return Err("not in canonical encoding".into());
             }
-            previous = Some(key);
-            out.insert(key.to_owned(), self.text()?.to_owned());
+            out.push((key, self.text()?));
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -198,11 +197,13 @@ mod tests {
         assert!(Reader::new(&[0x41, b'a']).text().is_err());
         // Map keys out of order or repeated.
         let ordered = [0xa2, 0x61, b'a', 0x60, 0x61, b'b', 0x60];
-        assert_eq!(Reader::new(&ordered).text_map().unwrap().len(), 2);
         let reversed = [0xa2, 0x61, b'b', 0x60, 0x61, b'a', 0x60];
-        assert!(Reader::new(&reversed).text_map().is_err());
         let repeated = [0xa2, 0x61, b'a', 0x60, 0x61, b'a', 0x60];
-        assert!(Reader::new(&repeated).text_map().is_err());
+        let mut pairs = Vec::new();
+        Reader::new(&ordered).text_pairs(&mut pairs).unwrap();
+        assert_eq!(pairs, [("a", ""), ("b", "")]);
+        assert!(Reader::new(&reversed).text_pairs(&mut pairs).is_err());
+        assert!(Reader::new(&repeated).text_pairs(&mut pairs).is_err());
         assert!(Reader::new(&[0x01, 0x00]).finish().is_err());
     }
 }

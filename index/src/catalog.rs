@@ -29,7 +29,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
-use quire_log::metadata::Catalog;
+use quire_log::metadata::DocCatalog;
 use quire_log::{DocPath, DocState, Timestamp, WorldState};
 
 use crate::query::{CatalogQuery, Filter, Terms};
@@ -41,7 +41,7 @@ const END: char = '\u{3}';
 /// One indexed document.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Indexed {
-    catalog: Arc<Catalog>,
+    catalog: DocCatalog,
     modified: Timestamp,
     lower_title: Arc<str>,
     lower_tags: Vec<Arc<str>>,
@@ -49,17 +49,17 @@ struct Indexed {
 }
 
 impl Indexed {
-    fn new(catalog: Arc<Catalog>, modified: Timestamp) -> Indexed {
-        let lower_title: Arc<str> = catalog.title.to_lowercase().into();
+    fn new(catalog: DocCatalog, modified: Timestamp) -> Indexed {
+        let lower_title: Arc<str> = catalog.title().to_lowercase().into();
         let mut lower_tags: Vec<Arc<str>> = Vec::new();
-        for tag in &catalog.tags {
+        for tag in catalog.tags() {
             let lower: Arc<str> = tag.to_lowercase().into();
             if !lower_tags.contains(&lower) {
                 lower_tags.push(lower);
             }
         }
         Indexed {
-            importance: importance_key(&catalog.importance),
+            importance: importance_key(&catalog.importance()),
             catalog,
             modified,
             lower_title,
@@ -161,7 +161,7 @@ impl CatalogIndex {
     }
 
     /// Adds or replaces the entry of `path`.
-    pub fn upsert(&mut self, path: &DocPath, catalog: Arc<Catalog>, modified: Timestamp) {
+    pub fn upsert(&mut self, path: &DocPath, catalog: DocCatalog, modified: Timestamp) {
         let entry = Indexed::new(catalog, modified);
         if self.docs.get(path) == Some(&entry) {
             return;
@@ -314,16 +314,16 @@ fn holds(filter: &Filter, doc: &Indexed) -> bool {
         Filter::Tag(tag) => doc.lower_tags.iter().any(|t| **t == *tag),
         Filter::ModifiedAfter(at) => doc.modified > *at,
         Filter::ModifiedBefore(at) => doc.modified < *at,
-        Filter::Equals(key, value) => doc.catalog.metadata.get(key) == Some(value),
+        Filter::Equals(key, value) => doc.catalog.get(key) == Some(value.as_str()),
     }
 }
 
 fn to_match(path: &DocPath, doc: &Indexed, score: usize) -> CatalogMatch {
     CatalogMatch {
         path: path.clone(),
-        title: doc.catalog.title.clone(),
-        tags: doc.catalog.tags.clone(),
-        importance: doc.catalog.importance.clone(),
+        title: doc.catalog.title().to_owned(),
+        tags: doc.catalog.tags().map(str::to_owned).collect(),
+        importance: doc.catalog.importance(),
         modified: doc.modified,
         score,
     }
@@ -331,7 +331,7 @@ fn to_match(path: &DocPath, doc: &Indexed, score: usize) -> CatalogMatch {
 
 #[cfg(test)]
 mod tests {
-    use quire_log::metadata::Metadata;
+    use quire_log::metadata::{Catalog, Metadata};
     use std::collections::BTreeMap;
 
     use super::*;
@@ -343,7 +343,7 @@ mod tests {
             .map(|(k, v)| ((*k).into(), (*v).into()))
             .collect();
         let catalog = Catalog::derive(&path, &meta, body);
-        index.upsert(&path, Arc::new(catalog), Timestamp(at));
+        index.upsert(&path, DocCatalog::from(&catalog), Timestamp(at));
     }
 
     fn paths(found: &[CatalogMatch]) -> Vec<&str> {

@@ -155,10 +155,9 @@ pub fn build(
                 },
                 agent: doc
                     .catalog
-                    .metadata
                     .get("agent")
-                    .cloned()
-                    .filter(|a| !a.is_empty()),
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_owned),
                 path: path.clone(),
                 current: doc.current,
                 first: doc.first,
@@ -350,7 +349,7 @@ pub fn build(
                     "document is archived; unarchive first",
                 ));
             }
-            if doc.body_hash == body_hash && doc.catalog.metadata == meta {
+            if doc.body_hash == body_hash && doc.catalog.metadata_is(&meta) {
                 return Ok(Built::Unchanged(doc.summary()));
             }
             let next = doc

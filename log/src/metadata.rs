@@ -15,6 +15,7 @@
 //! `importance` and `title` are stored as given and only interpreted for the catalog.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -159,6 +160,35 @@ pub fn is_normal(meta: &Metadata) -> bool {
     normalize(meta).is_ok_and(|n| &n == meta)
 }
 
+/// [`is_normal`] for metadata given as pairs (keys must strictly increase), without building
+/// a map: what a checkpoint reader checks for every document.
+pub fn pairs_are_normal<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
+    let (mut keys, mut size) = (0usize, 0usize);
+    let mut previous: Option<&str> = None;
+    for (key, value) in pairs {
+        if previous.is_some_and(|p| p >= key)
+            || !key_is_valid(key)
+            || RESERVED_KEYS.contains(&key)
+            || !value_is_valid(value)
+        {
+            return false;
+        }
+        let value_ok = match key {
+            "tags" => !value.is_empty() && normalize_tags(value) == value,
+            "retention" => parse_retention(value).is_some(),
+            _ => true,
+        };
+        if !value_ok {
+            return false;
+        }
+        previous = Some(key);
+        keys += 1;
+        let prefix = if is_okf_key(key) { 0 } else { "meta.".len() };
+        size += prefix + key.len() + stored_value(key, value).len();
+    }
+    keys <= MAX_KEYS && size <= MAX_BYTES
+}
+
 /// The metadata of an append: the base version's overlaid by the request's, except that
 /// `retention` is never inherited (it applies to the write that carries it).
 pub fn merge_for_append(base: &Metadata, request: &Metadata) -> Metadata {
@@ -224,16 +254,194 @@ impl Catalog {
             .get("tags")
             .map(|t| split_tags(t).map(str::to_owned).collect())
             .unwrap_or_default();
-        let importance = metadata
-            .get("importance")
-            .and_then(|v| canonical_importance(v))
-            .unwrap_or_else(|| DEFAULT_IMPORTANCE.to_owned());
+        let importance = importance_of(metadata.get("importance").map(String::as_str));
         Catalog {
             title,
             tags,
             importance,
             metadata: metadata.clone(),
         }
+    }
+}
+
+impl Catalog {
+    /// Whether the tags and importance are the ones [`Catalog::derive`] gives the metadata
+    /// (the only catalog records a correct writer produces, and the only ones a
+    /// [`DocCatalog`] can hold).
+    pub fn derives_from_metadata(&self) -> bool {
+        let tags = self.metadata.get("tags").map(String::as_str).unwrap_or("");
+        split_tags(tags).eq(self.tags.iter().map(String::as_str))
+            && self.importance == importance_of(self.metadata.get("importance").map(String::as_str))
+    }
+}
+
+/// The catalog importance of a stored `importance` value (or of none).
+fn importance_of(value: Option<&str>) -> String {
+    value
+        .and_then(canonical_importance)
+        .unwrap_or_else(|| DEFAULT_IMPORTANCE.to_owned())
+}
+
+/// A document's catalog record as the world state holds it: the title and the stored
+/// metadata in one shared string, tags and importance derived from the metadata on demand.
+///
+/// A million documents each hold one, so it is one allocation of the record's own bytes
+/// rather than a map, a list and four strings. Clones share the string.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct DocCatalog {
+    /// Each metadata key and then its value, in key order, as `<byte length>:<text>`;
+    /// then the title.
+    text: Arc<str>,
+    /// Where the title starts in `text`.
+    title_at: usize,
+}
+
+impl DocCatalog {
+    /// The record of `title` and `metadata` (pairs in strictly increasing key order, as a
+    /// [`Metadata`] map iterates).
+    pub fn new<'a, I>(title: &str, metadata: I) -> Self
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+        I::IntoIter: Clone,
+    {
+        let metadata = metadata.into_iter();
+        let digits = |n: usize| n.checked_ilog10().unwrap_or(0) as usize + 1;
+        let size: usize = metadata
+            .clone()
+            .map(|(k, v)| digits(k.len()) + digits(v.len()) + 2 + k.len() + v.len())
+            .sum();
+        // Built in a reused buffer, so the record costs one allocation (its own).
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        SCRATCH.with_borrow_mut(|text| {
+            text.clear();
+            text.reserve(size + title.len());
+            for (key, value) in metadata {
+                for part in [key, value] {
+                    text.push_str(itoa(part.len(), &mut [0; 20]));
+                    text.push(':');
+                    text.push_str(part);
+                }
+            }
+            let title_at = text.len();
+            text.push_str(title);
+            DocCatalog {
+                text: Arc::from(text.as_str()),
+                title_at,
+            }
+        })
+    }
+
+    /// The declared title, else the first level-1 heading, else the path's last segment.
+    pub fn title(&self) -> &str {
+        &self.text[self.title_at..]
+    }
+
+    /// The stored publisher metadata (normal form), in key order.
+    pub fn metadata(&self) -> MetadataIter<'_> {
+        MetadataIter {
+            rest: &self.text[..self.title_at],
+        }
+    }
+
+    /// The stored value of metadata `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.metadata().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    /// Whether the stored metadata is exactly `metadata`.
+    pub fn metadata_is(&self, metadata: &Metadata) -> bool {
+        self.metadata()
+            .eq(metadata.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    }
+
+    /// The stored metadata as a map.
+    pub fn metadata_map(&self) -> Metadata {
+        self.metadata()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    /// The tags in declared order (original case).
+    pub fn tags(&self) -> impl Iterator<Item = &str> {
+        split_tags(self.get("tags").unwrap_or(""))
+    }
+
+    /// Canonical decimal in [0, 1].
+    pub fn importance(&self) -> String {
+        importance_of(self.get("importance"))
+    }
+
+    /// The full catalog record.
+    pub fn to_catalog(&self) -> Catalog {
+        Catalog {
+            title: self.title().to_owned(),
+            tags: self.tags().map(str::to_owned).collect(),
+            importance: self.importance(),
+            metadata: self.metadata_map(),
+        }
+    }
+}
+
+impl From<&Catalog> for DocCatalog {
+    /// The compact form of `catalog`, whose tags and importance must derive from its
+    /// metadata ([`Catalog::derives_from_metadata`]); they are not kept.
+    fn from(catalog: &Catalog) -> DocCatalog {
+        DocCatalog::new(
+            &catalog.title,
+            catalog
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+    }
+}
+
+impl std::fmt::Debug for DocCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DocCatalog")
+            .field("title", &self.title())
+            .field("metadata", &self.metadata().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// `n` in decimal, written into `buf` without allocating.
+fn itoa(mut n: usize, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).expect("ASCII digits")
+}
+
+/// The metadata pairs of a [`DocCatalog`], in key order.
+#[derive(Clone, Debug)]
+pub struct MetadataIter<'a> {
+    rest: &'a str,
+}
+
+impl<'a> MetadataIter<'a> {
+    fn part(&mut self) -> Option<&'a str> {
+        let (len, rest) = self.rest.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        let (part, rest) = rest.split_at_checked(len)?;
+        self.rest = rest;
+        Some(part)
+    }
+}
+
+impl<'a> Iterator for MetadataIter<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some((self.part()?, self.part()?))
     }
 }
 
@@ -375,6 +583,65 @@ mod tests {
         for bad in ["1.5", "-0.1", "abc", "", "NaN", "inf", "1e-1"] {
             assert_eq!(canonical_importance(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn pairs_are_normal_agrees_with_is_normal() {
+        let long = "x".repeat(MAX_BYTES);
+        let many: Metadata = (0..=MAX_KEYS)
+            .map(|i| (format!("k{i}"), "v".into()))
+            .collect();
+        for m in [
+            meta(&[("tags", "a,b"), ("type", "Note")]),
+            meta(&[("tags", "a, b")]),
+            meta(&[("tags", "")]),
+            meta(&[("retention", "3")]),
+            meta(&[("retention", "03")]),
+            meta(&[("version", "1")]),
+            meta(&[("Bad", "x")]),
+            meta(&[("note", "tab\there")]),
+            meta(&[("note", "line\nbreak")]),
+            meta(&[("note", &long)]),
+            many,
+            Metadata::new(),
+        ] {
+            let pairs = m.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+            assert_eq!(pairs_are_normal(pairs), is_normal(&m), "{m:?}");
+        }
+        assert!(!pairs_are_normal([("b", "1"), ("a", "2")]));
+        assert!(!pairs_are_normal([("a", "1"), ("a", "2")]));
+    }
+
+    #[test]
+    fn doc_catalog_holds_what_the_catalog_says() {
+        let path = DocPath::parse("/d/n.md").unwrap();
+        for (m, body) in [
+            (
+                meta(&[("tags", "B,a"), ("importance", "0.70"), ("x.y", "1:2:")]),
+                "# T\n",
+            ),
+            (meta(&[("title", " Declared ")]), ""),
+            (Metadata::new(), "no heading"),
+            (meta(&[("importance", "2")]), "# 3:odd: title\n"),
+        ] {
+            let full = Catalog::derive(&path, &m, body);
+            assert!(full.derives_from_metadata());
+            let compact = DocCatalog::from(&full);
+            assert_eq!(compact.to_catalog(), full);
+            assert_eq!(compact.title(), full.title);
+            assert!(compact.metadata_is(&m));
+            assert_eq!(
+                compact.get("importance"),
+                m.get("importance").map(String::as_str)
+            );
+            assert_eq!(compact.get("missing"), None);
+        }
+        let mut odd = Catalog::derive(&path, &meta(&[("tags", "a")]), "");
+        odd.tags.push("b".into());
+        assert!(!odd.derives_from_metadata());
+        let mut odd = Catalog::derive(&path, &Metadata::new(), "");
+        odd.importance = "0.7".into();
+        assert!(!odd.derives_from_metadata());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Hash, Timestamp};
-use crate::metadata::Catalog;
+use crate::metadata::DocCatalog;
 use crate::path::DocPath;
 
 /// Where a version's stored bytes live.
@@ -55,7 +55,7 @@ pub struct DocState {
     pub archived: bool,
     pub body_hash: Hash,
     pub modified: Timestamp,
-    pub catalog: Arc<Catalog>,
+    pub catalog: DocCatalog,
     /// The record of version `current`.
     pub head: VersionRecord,
     /// History folded into the checkpoint this snapshot started from (empty for documents

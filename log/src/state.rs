@@ -18,6 +18,7 @@
 //!
 //! Entries apply in order, so one slot may touch a path more than once.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
@@ -26,7 +27,7 @@ use rustc_hash::FxHashMap;
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::ids::{Hash, WorldId};
 use crate::marker::{GENESIS_SEQUENCE, genesis_tip};
-use crate::metadata;
+use crate::metadata::{self, DocCatalog};
 use crate::model::{DocState, HistoryBlockRef, RecentVersions, VersionRecord};
 use crate::path::{DocPath, is_hidden_name};
 use crate::slot::{EncodedSlot, Entry};
@@ -61,6 +62,7 @@ pub struct WorldState {
     sequence: u64,
     tip: Hash,
     docs: OrdMap<DocPath, Arc<DocState>>,
+    /// Counters of every directory child; a document child's are derived from the document.
     children: OrdMap<ChildKey, ChildCounts>,
     hashes: OrdSet<(Hash, DocPath)>,
 }
@@ -78,71 +80,194 @@ impl PartialEq for WorldState {
     }
 }
 
-/// Sorts documents by path, the two halves on two threads, then merges them.
-fn sort_by_path(docs: &mut Vec<Arc<DocState>>) {
-    let by_path = |a: &Arc<DocState>, b: &Arc<DocState>| a.path.cmp(&b.path);
-    if docs.len() < 1 << 14 {
-        docs.sort_by(by_path);
-        return;
-    }
-    let mut right = docs.split_off(docs.len() / 2);
-    std::thread::scope(|scope| {
-        scope.spawn(|| right.sort_by(by_path));
-        docs.sort_by(by_path);
-    });
-    let mut merged = Vec::with_capacity(docs.len() + right.len());
-    let mut left = std::mem::take(docs).into_iter().peekable();
-    let mut right = right.into_iter().peekable();
-    while let (Some(l), Some(r)) = (left.peek(), right.peek()) {
-        let next = if r.path < l.path {
-            right.next()
+/// A persistent map of `sorted` (strictly increasing keys) with full leaves.
+///
+/// Inserting keys in order leaves every B-tree leaf half full (each split keeps the lower
+/// half, which no later key reaches). Inserting every other key first and then the rest puts
+/// exactly one of the second pass's keys between each pair of neighbours in a half-full
+/// leaf, so every leaf but the last ends full: half the nodes, and still ordinary inserts.
+pub fn ordmap_from_sorted<K: Ord + Clone, V: Clone>(sorted: Vec<(K, V)>) -> OrdMap<K, V> {
+    let mut map = OrdMap::new();
+    let mut rest = Vec::with_capacity(sorted.len() / 2);
+    for (i, (k, v)) in sorted.into_iter().enumerate() {
+        if i % 2 == 0 {
+            map.insert(k, v);
         } else {
-            left.next()
-        };
-        merged.extend(next);
-    }
-    merged.extend(left);
-    merged.extend(right);
-    *docs = merged;
-}
-
-/// The directory counters of `docs` (path-sorted, no duplicates), refusing a document that
-/// lies beneath another.
-fn children_of(docs: &[Arc<DocState>]) -> Result<OrdMap<ChildKey, ChildCounts>> {
-    // A document's own edge is its alone; only directory edges (few) need counting in a
-    // map, and a document whose own edge is also a directory edge lies above another.
-    let mut dir_edges: FxHashMap<(&str, &str), ChildCounts> = FxHashMap::default();
-    let mut leaves: Vec<((&str, &str), ChildCounts)> = Vec::with_capacity(docs.len());
-    let mut edges: Vec<(&str, &str)> = Vec::new();
-    for doc in docs {
-        edges.clear();
-        edges.extend(doc.path.edges());
-        let last = edges.len() - 1;
-        // Visible from a depth down: no hidden name from there to the document.
-        let mut visible = true;
-        for (depth, &edge) in edges.iter().enumerate().rev() {
-            visible &= !is_hidden_name(edge.1);
-            let live = visible && !doc.archived;
-            if depth == last {
-                leaves.push((
-                    edge,
-                    ChildCounts {
-                        docs: 1,
-                        visible: u64::from(visible),
-                        live: u64::from(live),
-                        is_doc: true,
-                    },
-                ));
-            } else {
-                let c = dir_edges.entry(edge).or_default();
-                c.docs += 1;
-                c.visible += u64::from(visible);
-                c.live += u64::from(live);
-            }
+            rest.push((k, v));
         }
     }
-    if let Some(i) = leaves.iter().position(|(e, _)| dir_edges.contains_key(e)) {
-        let above = &docs[i].path;
+    for (k, v) in rest {
+        map.insert(k, v);
+    }
+    map
+}
+
+/// [`ordmap_from_sorted`] for a set.
+pub fn ordset_from_sorted<K: Ord + Clone>(sorted: Vec<K>) -> OrdSet<K> {
+    let mut set = OrdSet::new();
+    let mut rest = Vec::with_capacity(sorted.len() / 2);
+    for (i, k) in sorted.into_iter().enumerate() {
+        if i % 2 == 0 {
+            set.insert(k);
+        } else {
+            rest.push(k);
+        }
+    }
+    for k in rest {
+        set.insert(k);
+    }
+    set
+}
+
+/// Sorts documents by path: their paths and positions are sorted (the two halves on two
+/// threads, then merged), so a comparison reads the path without first reading the
+/// document, and the documents are then moved into that order.
+fn sort_by_path(docs: &mut Vec<Arc<DocState>>) {
+    let mut keys: Vec<(&str, usize)> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.path.as_str(), i))
+        .collect();
+    if keys.len() < 1 << 14 {
+        keys.sort_unstable();
+    } else {
+        let (left, right) = keys.split_at_mut(docs.len() / 2);
+        std::thread::scope(|scope| {
+            scope.spawn(|| right.sort_unstable());
+            left.sort_unstable();
+        });
+        let mut merged = Vec::with_capacity(keys.len());
+        let (left, right) = keys.split_at(docs.len() / 2);
+        let (mut l, mut r) = (0, 0);
+        while l < left.len() && r < right.len() {
+            if right[r] < left[l] {
+                merged.push(right[r]);
+                r += 1;
+            } else {
+                merged.push(left[l]);
+                l += 1;
+            }
+        }
+        merged.extend_from_slice(&left[l..]);
+        merged.extend_from_slice(&right[r..]);
+        keys = merged;
+    }
+    let order: Vec<usize> = keys.into_iter().map(|(_, i)| i).collect();
+    let mut slots: Vec<Option<Arc<DocState>>> =
+        std::mem::take(docs).into_iter().map(Some).collect();
+    *docs = order
+        .into_iter()
+        .map(|i| slots[i].take().expect("each document is placed once"))
+        .collect();
+}
+
+/// The path of child `name` of directory `dir`: where a document named so would live, and
+/// the prefix (with a `/` after it) of everything beneath a directory named so.
+fn child_path(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// What a document counts as a child of its own directory.
+fn leaf_counts(doc: &DocState) -> ChildCounts {
+    let visible = !is_hidden_name(doc.path.name());
+    ChildCounts {
+        docs: 1,
+        visible: u64::from(visible),
+        live: u64::from(visible && !doc.archived),
+        is_doc: true,
+    }
+}
+
+/// One pass over path-sorted documents gathering what the indexes are built from, each
+/// document's memory touched once: the document map's entries, the live body hashes, the
+/// directory counters, and the first document whose path repeats its predecessor's.
+///
+/// Documents sharing a directory sit together in path order, so each run of them is counted
+/// once and added to its directory's edges once.
+struct Gathered<'a> {
+    entries: Vec<(DocPath, Arc<DocState>)>,
+    live: Vec<(Hash, DocPath)>,
+    dir_edges: FxHashMap<(&'a str, &'a str), ChildCounts>,
+    duplicate: Option<usize>,
+}
+
+fn gather(docs: &[Arc<DocState>]) -> Gathered<'_> {
+    let mut out = Gathered {
+        entries: Vec::with_capacity(docs.len()),
+        live: Vec::with_capacity(docs.len()),
+        dir_edges: FxHashMap::default(),
+        duplicate: None,
+    };
+    let mut add_run = |first: usize, run: ChildCounts| {
+        let mut edges: Vec<(&str, &str)> = docs[first].path.edges().collect();
+        edges.pop();
+        // Visible from a depth down: no hidden directory name from there to the run (the
+        // run's own names are in its counts).
+        let mut visible = true;
+        for edge in edges.into_iter().rev() {
+            visible &= !is_hidden_name(edge.1);
+            let c = out.dir_edges.entry(edge).or_default();
+            c.docs += run.docs;
+            if visible {
+                c.visible += run.visible;
+                c.live += run.live;
+            }
+        }
+    };
+    let mut run_start = 0;
+    let mut run_parent = "";
+    let mut run = ChildCounts::default();
+    let mut previous = "";
+    for (i, doc) in docs.iter().enumerate() {
+        let path = doc.path.as_str();
+        if path == previous && out.duplicate.is_none() {
+            out.duplicate = Some(i - 1);
+        }
+        previous = path;
+        let slash = path.rfind('/').unwrap_or(0);
+        let (parent, name) = (&path[..slash], &path[slash + 1..]);
+        if i == 0 {
+            run_parent = parent;
+        } else if parent != run_parent {
+            add_run(run_start, run);
+            (run_start, run_parent, run) = (i, parent, ChildCounts::default());
+        }
+        let visible = !is_hidden_name(name);
+        run.docs += 1;
+        run.visible += u64::from(visible);
+        run.live += u64::from(visible && !doc.archived);
+        out.entries.push((doc.path.clone(), doc.clone()));
+        if !doc.archived {
+            out.live.push((doc.body_hash, doc.path.clone()));
+        }
+    }
+    if !docs.is_empty() {
+        add_run(run_start, run);
+    }
+    out
+}
+
+/// The directory counters from `dir_edges` (gathered from `docs`, path-sorted without
+/// duplicates), refusing a document that lies beneath another.
+fn children_from(
+    docs: &[Arc<DocState>],
+    dir_edges: FxHashMap<(&str, &str), ChildCounts>,
+) -> Result<OrdMap<ChildKey, ChildCounts>> {
+    // A document whose path is also a directory lies above the documents in it: name the
+    // first such document in path order, at the first document beneath it.
+    let above = dir_edges
+        .keys()
+        .map(|(dir, name)| child_path(dir, name))
+        .filter(|path| {
+            docs.binary_search_by(|d| d.path.as_str().cmp(path.as_str()))
+                .is_ok()
+        })
+        .min();
+    if let Some(above) = above {
         let below = format!("{above}/");
         let first_below = docs.partition_point(|d| d.path.as_str() < below.as_str());
         let at = docs
@@ -156,24 +281,16 @@ fn children_of(docs: &[Arc<DocState>]) -> Result<OrdMap<ChildKey, ChildCounts>> 
     }
     // One shared string per directory, not one per child.
     let mut dirs: FxHashMap<&str, Arc<str>> = FxHashMap::default();
-    let mut children: Vec<(ChildKey, ChildCounts)> =
-        Vec::with_capacity(leaves.len() + dir_edges.len());
-    // Path order puts siblings together: most documents share the last one's directory.
-    let mut last: Option<(&str, Arc<str>)> = None;
-    for ((d, n), c) in dir_edges.into_iter().chain(leaves) {
-        let dir = match &last {
-            Some((name, dir)) if *name == d => dir.clone(),
-            _ => {
-                let dir = dirs.entry(d).or_insert_with(|| Arc::from(d)).clone();
-                last = Some((d, dir.clone()));
-                dir
-            }
-        };
-        children.push(((dir, Arc::from(n)), c));
-    }
+    let mut children: Vec<(ChildKey, ChildCounts)> = dir_edges
+        .into_iter()
+        .map(|((d, n), c)| {
+            let dir = dirs.entry(d).or_insert_with(|| Arc::from(d)).clone();
+            ((dir, Arc::from(n)), c)
+        })
+        .collect();
     drop(dirs);
     children.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    Ok(children.into_iter().collect())
+    Ok(ordmap_from_sorted(children))
 }
 
 fn hidden_below(path: &DocPath, depth: usize) -> bool {
@@ -249,27 +366,49 @@ impl WorldState {
         mut docs: Vec<Arc<DocState>>,
     ) -> Result<WorldState> {
         sort_by_path(&mut docs);
-        if let Some(pair) = docs.windows(2).find(|p| p[0].path == p[1].path) {
+        // Two threads: each gathers half the documents; then one builds the document map
+        // while the other builds the directory counters and the body-hash index.
+        let (left, right) = docs.split_at(docs.len() / 2);
+        let (mut first, second) = std::thread::scope(|scope| {
+            let second = scope.spawn(|| gather(right));
+            (
+                gather(left),
+                second.join().expect("index gatherer panicked"),
+            )
+        });
+        let boundary =
+            (!left.is_empty() && !right.is_empty() && left[left.len() - 1].path == right[0].path)
+                .then(|| left.len() - 1);
+        let duplicate = first
+            .duplicate
+            .or(boundary)
+            .or(second.duplicate.map(|i| i + left.len()));
+        if let Some(i) = duplicate {
             return Err(Error::integrity(
                 Op::Apply,
-                pair[0].path.as_str(),
+                docs[i].path.as_str(),
                 "duplicate document",
             ));
         }
-        // Two threads: the directory counters (with the topology checks) on one, the
-        // document map and the body-hash index on the other.
+        for (edge, c) in second.dir_edges {
+            let total = first.dir_edges.entry(edge).or_default();
+            total.docs += c.docs;
+            total.visible += c.visible;
+            total.live += c.live;
+        }
+        let mut entries = first.entries;
+        entries.extend(second.entries);
+        let mut live = first.live;
+        live.extend(second.live);
+        let dir_edges = first.dir_edges;
         let (docs_map, hashes, children) = std::thread::scope(|scope| {
-            let counter = scope.spawn(|| children_of(&docs));
-            let mut live: Vec<(Hash, DocPath)> = docs
-                .iter()
-                .filter(|d| !d.archived)
-                .map(|d| (d.body_hash, d.path.clone()))
-                .collect();
-            live.sort_unstable();
-            let hashes: OrdSet<(Hash, DocPath)> = live.into_iter().collect();
-            let docs_map: OrdMap<DocPath, Arc<DocState>> =
-                docs.iter().map(|d| (d.path.clone(), d.clone())).collect();
-            let children = counter.join().expect("directory counter panicked");
+            let indexer = scope.spawn(|| {
+                let children = children_from(&docs, dir_edges);
+                live.sort_unstable();
+                (children, ordset_from_sorted(live))
+            });
+            let docs_map = ordmap_from_sorted(entries);
+            let (children, hashes) = indexer.join().expect("index builder panicked");
             (docs_map, hashes, children)
         });
         let children = children?;
@@ -313,25 +452,64 @@ impl WorldState {
     /// Whether `dir` (canonical, `/` for the root) is a directory: the root always is; any
     /// other path is one while some document lies beneath it.
     pub fn is_dir(&self, dir: &str) -> bool {
-        dir == "/" || self.first_child(dir).is_some()
+        dir == "/" || self.has_descendant(dir)
     }
 
-    fn first_child(&self, dir: &str) -> Option<(&ChildKey, &ChildCounts)> {
-        let from: (Arc<str>, Arc<str>) = (dir.into(), "".into());
-        self.children
-            .range(from..)
+    /// Whether some document lies beneath `dir`.
+    fn has_descendant(&self, dir: &str) -> bool {
+        if dir.is_empty() {
+            return false;
+        }
+        let prefix = child_path(dir, "");
+        self.docs
+            .range::<_, str>((Bound::Included(prefix.as_str()), Bound::Unbounded))
             .next()
-            .filter(|((d, _), _)| &**d == dir)
+            .is_some_and(|(path, _)| path.as_str().starts_with(&prefix))
     }
 
     /// The counters of `name` in `dir`.
     pub fn child(&self, dir: &str, name: &str) -> Option<ChildCounts> {
-        self.children.get(&(dir.into(), name.into())).copied()
+        if let Some(counts) = self.children.get(&(dir.into(), name.into())) {
+            return Some(*counts);
+        }
+        if dir.is_empty() || name.is_empty() || name.contains('/') {
+            return None;
+        }
+        self.docs
+            .get(child_path(dir, name).as_str())
+            .map(|doc| leaf_counts(doc))
+    }
+
+    /// The first document directly in the directory whose prefix (with its `/`) is
+    /// `prefix`, at or after `from`; documents deeper down are skipped a subdirectory at a
+    /// time.
+    fn next_doc_child(&self, prefix: &str, from: Bound<String>) -> Option<&Arc<DocState>> {
+        let mut from = from;
+        loop {
+            let bound = match &from {
+                Bound::Included(p) => Bound::Included(p.as_str()),
+                Bound::Excluded(p) => Bound::Excluded(p.as_str()),
+                Bound::Unbounded => Bound::Unbounded,
+            };
+            let (path, doc) = self
+                .docs
+                .range::<_, str>((bound, Bound::Unbounded))
+                .next()?;
+            let rest = path.as_str().strip_prefix(prefix)?;
+            match rest.find('/') {
+                None => return Some(doc),
+                // Past everything under `prefix + sub/`: `0` follows `/`.
+                Some(i) => from = Bound::Included(format!("{prefix}{}0", &rest[..i])),
+            }
+        }
     }
 
     /// Immediate children of `dir` after `after` (exclusive; empty for the start), at most
     /// `limit` (0 for no limit): hidden names never, children holding only archived documents
     /// only with `include_archived`.
+    ///
+    /// Directories come from the directory counters, documents from the document map; the
+    /// two are merged by name.
     pub fn list(
         &self,
         dir: &str,
@@ -339,13 +517,38 @@ impl WorldState {
         limit: usize,
         include_archived: bool,
     ) -> Vec<DirEntry> {
-        let from: (Arc<str>, Arc<str>) = (dir.into(), after.into());
         let mut out = Vec::new();
-        for ((d, name), counts) in self.children.range(from..) {
-            if &**d != dir {
-                break;
-            }
-            if &**name == after || is_hidden_name(name) {
+        if dir.is_empty() {
+            return out;
+        }
+        let from: (Arc<str>, Arc<str>) = (dir.into(), after.into());
+        let mut dirs = self
+            .children
+            .range(from..)
+            .take_while(|((d, _), _)| &**d == dir)
+            .map(|((_, name), counts)| (&**name, *counts))
+            .peekable();
+        let prefix = child_path(dir, "");
+        let mut next_doc = self.next_doc_child(&prefix, Bound::Included(child_path(dir, after)));
+        loop {
+            let doc_child = next_doc.map(|doc| (doc.path.name(), leaf_counts(doc)));
+            let (name, counts) = match (dirs.peek().copied(), doc_child) {
+                (None, None) => break,
+                (Some(d), Some(f)) if d.0 < f.0 => {
+                    dirs.next();
+                    d
+                }
+                (Some(d), None) => {
+                    dirs.next();
+                    d
+                }
+                (_, Some(f)) => {
+                    let path = next_doc.map(|doc| doc.path.as_str().to_owned());
+                    next_doc = path.and_then(|p| self.next_doc_child(&prefix, Bound::Excluded(p)));
+                    f
+                }
+            };
+            if name == after || is_hidden_name(name) {
                 continue;
             }
             let shown = if include_archived {
@@ -383,7 +586,7 @@ impl WorldState {
                 return Err(format!("{ancestor} is a document"));
             }
         }
-        if self.first_child(path.as_str()).is_some() {
+        if self.has_descendant(path.as_str()) {
             return Err(format!("{path} is a directory"));
         }
         Ok(())
@@ -435,6 +638,9 @@ impl WorldState {
     ) -> Result<(), String> {
         let old = self.docs.get(&entry.path).cloned();
         match (&entry.write, record, old) {
+            (Some(write), _, _) if !write.catalog.derives_from_metadata() => {
+                Err("catalog record does not derive from its metadata".into())
+            }
             (Some(write), Some(record), None) => {
                 if entry.current != 1 || entry.first != 1 {
                     return Err("a new document must start at version 1".into());
@@ -447,7 +653,7 @@ impl WorldState {
                     archived: false,
                     body_hash: entry.body_hash,
                     modified: entry.modified,
-                    catalog: Arc::new(write.catalog.clone()),
+                    catalog: DocCatalog::from(&write.catalog),
                     head: record.clone(),
                     history: Arc::from(Vec::<HistoryBlockRef>::new()),
                     recent: RecentVersions::from_iter([record]),
@@ -491,7 +697,7 @@ impl WorldState {
                 doc.first = entry.first;
                 doc.body_hash = entry.body_hash;
                 doc.modified = entry.modified;
-                doc.catalog = Arc::new(write.catalog.clone());
+                doc.catalog = DocCatalog::from(&write.catalog);
                 doc.head = record.clone();
                 doc.recent.push_back(record);
                 while doc.recent.front().is_some_and(|r| r.version < doc.first) {
@@ -543,16 +749,12 @@ impl WorldState {
         self.docs.insert(doc.path.clone(), Arc::new(doc));
     }
 
-    /// Adds (`sign` 1) or removes (-1) a document's contribution to the directory counters.
+    /// Adds (`sign` 1) or removes (-1) a document's contribution to the directory counters
+    /// (the document's own edge is not stored: [`WorldState::child`] derives it).
     fn count(&mut self, doc: &DocState, sign: i64) {
-        let edges: Vec<(usize, &str, &str)> = doc
-            .path
-            .edges()
-            .enumerate()
-            .map(|(depth, (dir, name))| (depth, dir, name))
-            .collect();
-        let last = edges.len() - 1;
-        for (depth, dir, name) in edges {
+        let mut edges: Vec<(&str, &str)> = doc.path.edges().collect();
+        edges.pop();
+        for (depth, (dir, name)) in edges.into_iter().enumerate() {
             let key: (Arc<str>, Arc<str>) = (dir.into(), name.into());
             let mut counts = self.children.get(&key).copied().unwrap_or_default();
             let visible = !hidden_below(&doc.path, depth);
@@ -566,7 +768,6 @@ impl WorldState {
             step(&mut counts.docs, true);
             step(&mut counts.visible, visible);
             step(&mut counts.live, visible && !doc.archived);
-            counts.is_doc = depth == last;
             if counts.docs == 0 {
                 self.children.remove(&key);
             } else {
@@ -663,7 +864,7 @@ mod tests {
             location: Location::Blob,
         };
         DocState {
-            catalog: Arc::new(Catalog::derive(&path, &Metadata::new(), "")),
+            catalog: DocCatalog::from(&Catalog::derive(&path, &Metadata::new(), "")),
             path,
             current: 1,
             first: 1,
@@ -673,6 +874,132 @@ mod tests {
             head,
             history: Arc::from(Vec::new()),
             recent: RecentVersions::default(),
+        }
+    }
+
+    /// What `list` should answer, computed from the documents alone.
+    fn naive_list(docs: &[DocState], dir: &str, after: &str, archived: bool) -> Vec<DirEntry> {
+        let prefix = child_path(dir, "");
+        let mut names: std::collections::BTreeMap<String, (bool, bool, bool)> = Default::default();
+        for doc in docs {
+            let Some(rest) = doc.path.as_str().strip_prefix(&prefix) else {
+                continue;
+            };
+            let name = rest.split('/').next().unwrap();
+            let visible = !rest.split('/').any(is_hidden_name);
+            let e = names.entry(name.to_owned()).or_default();
+            e.0 |= rest.contains('/');
+            e.1 |= visible;
+            e.2 |= visible && !doc.archived;
+        }
+        names
+            .into_iter()
+            .filter(|(name, (_, visible, live))| {
+                name.as_str() > after && if archived { *visible } else { *live }
+            })
+            .map(|(name, (is_dir, _, _))| DirEntry { name, is_dir })
+            .collect()
+    }
+
+    #[test]
+    fn listings_and_children_match_the_documents() {
+        let paths = [
+            "/a.md",
+            "/a/x.md",
+            "/a/.h/y.md",
+            "/a/b/c.md",
+            "/a/b.md",
+            "/a!.md",
+            "/a0.md",
+            "/a/versions/v.md",
+            "/b/c/d/e.md",
+            "/b/c.md",
+            "/b/c0/f.md",
+            "/.top.md",
+            "/z.md",
+        ];
+        let docs: Vec<DocState> = paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| **p != "/a.md")
+            .map(|(i, p)| doc(p, i % 3 == 0))
+            .collect();
+        let (world, tip) = (WorldId([4; 16]), Hash::of(b"tip"));
+        let state = WorldState::restore_bulk(world, 9, tip, docs.clone()).unwrap();
+        assert_eq!(
+            state,
+            WorldState::restore(world, 9, tip, docs.clone()).unwrap()
+        );
+        state.check_indexes().unwrap();
+        for dir in [
+            "/", "/a", "/a/b", "/b", "/b/c", "/b/c/d", "/a/.h", "/missing",
+        ] {
+            for archived in [false, true] {
+                let all = naive_list(&docs, dir, "", archived);
+                assert_eq!(state.list(dir, "", 0, archived), all, "{dir}");
+                for (i, entry) in all.iter().enumerate() {
+                    let rest = naive_list(&docs, dir, &entry.name, archived);
+                    assert_eq!(state.list(dir, &entry.name, 0, archived), rest);
+                    assert_eq!(
+                        state.list(dir, &entry.name, 1, archived),
+                        rest[..rest.len().min(1)]
+                    );
+                    assert_eq!(all[i + 1..], rest[..]);
+                }
+            }
+        }
+        assert!(state.is_dir("/") && state.is_dir("/a") && state.is_dir("/b/c/d"));
+        assert!(!state.is_dir("/a/x.md") && !state.is_dir("/c") && !state.is_dir(""));
+        assert!(!state.is_dir("/a/"));
+        assert!(state.list("", "", 0, true).is_empty());
+        let leaf = state.child("/a", "x.md").unwrap();
+        assert!(leaf.is_doc && leaf.docs == 1);
+        let hidden = state.child("/", ".top.md").unwrap();
+        assert_eq!((hidden.docs, hidden.visible), (1, 0));
+        let dir = state.child("/b", "c").unwrap();
+        assert!(!dir.is_doc && dir.docs == 1);
+        assert_eq!(state.child("/a", "b").map(|c| c.docs), Some(1));
+        assert_eq!(state.child("/", "a/x.md"), None);
+        assert_eq!(state.child("/", "missing"), None);
+        assert!(
+            state
+                .topology_allows(&DocPath::parse("/a").unwrap())
+                .is_err()
+        );
+        assert!(
+            state
+                .topology_allows(&DocPath::parse("/a/x.md/y").unwrap())
+                .is_err()
+        );
+        assert!(
+            state
+                .topology_allows(&DocPath::parse("/a/new.md").unwrap())
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn packed_maps_hold_what_inserts_hold() {
+        for n in [0u64, 1, 2, 63, 64, 65, 127, 128, 129, 4097, 20_000] {
+            let pairs: Vec<(u64, u64)> = (0..n).map(|i| (i * 3, i)).collect();
+            let packed = ordmap_from_sorted(pairs.clone());
+            let inserted: OrdMap<u64, u64> = pairs.iter().copied().collect();
+            assert_eq!(packed, inserted, "{n}");
+            assert!(
+                packed
+                    .iter()
+                    .map(|(k, v)| (*k, *v))
+                    .eq(pairs.iter().copied())
+            );
+            let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+            let set = ordset_from_sorted(keys.clone());
+            assert!(set.iter().copied().eq(keys.iter().copied()), "{n}");
+            // Still an ordinary map: later inserts and removals land where they belong.
+            let mut grown = packed.clone();
+            grown.insert(1, 1);
+            grown.remove(&0);
+            assert_eq!(grown.len() as u64, n.max(1));
+            assert_eq!(grown.get(&1), Some(&1));
         }
     }
 

@@ -631,7 +631,7 @@ impl quire_log::commit::Precondition for NeedsTag {
     ) -> Result<()> {
         self.0.fetch_add(1, Ordering::SeqCst);
         let policy = state.doc(&DocPath::parse("/policy.md").unwrap());
-        let required = policy.is_some_and(|p| p.catalog.tags.iter().any(|t| t == "strict"));
+        let required = policy.is_some_and(|p| p.catalog.tags().any(|t| t == "strict"));
         let tagged = write
             .content
             .as_ref()

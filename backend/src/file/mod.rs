@@ -37,7 +37,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use quire_log::build::{self, BuildLimits, Built, Change, Mutation};
 use quire_log::marker::{GENESIS_SEQUENCE, genesis_tip};
-use quire_log::metadata::Catalog;
+use quire_log::metadata::{Catalog, DocCatalog};
 use quire_log::slot::{EncodedSlot, Slot};
 use quire_log::version::StoredVersion;
 use quire_log::{
@@ -601,7 +601,7 @@ fn load_doc(disk: &Disk, path: &DocPath, history: &Path, repair: bool) -> Result
         archived: record.archived,
         body_hash: head.body_hash,
         modified: head.modified,
-        catalog: Arc::new(catalog),
+        catalog: DocCatalog::from(&catalog),
         head,
         history: Arc::from(Vec::new()),
         recent: records.into_iter().collect(),
