@@ -24,8 +24,7 @@
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
 //! - [`world_tools`]: `quire world verify | export | import` over one configured world.
 //!
-//! Both transports serve every verb; WATCH is served by the HTTP gateway (see docs/SPEC.md
-//! for its state over QUIC).
+//! Both transports serve every verb, WATCH included.
 
 pub mod auth;
 pub mod config;

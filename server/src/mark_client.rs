@@ -15,7 +15,9 @@ use rustls::crypto::CryptoProvider;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::mark::{Request, Response, ResponseLimits, read_response};
+use crate::mark::{
+    Request, Response, ResponseLimits, WatchBlock, WatchDecoder, read_response, read_watch_block,
+};
 use crate::tls::{ALPN_MARK, provider};
 
 /// The Mark protocol's default port (UDP).
@@ -316,6 +318,32 @@ pub async fn resolve(url: &MarkUrl) -> Result<SocketAddr, Error> {
     })
 }
 
+/// An open WATCH on its stream.
+#[derive(Debug)]
+pub struct WatchStream {
+    recv: quinn::RecvStream,
+    /// Kept so the stream stays open while the watch runs.
+    _send: quinn::SendStream,
+    decoder: WatchDecoder,
+    key: String,
+}
+
+impl WatchStream {
+    /// The next block as the server sends it; `None` once the server finished the stream.
+    pub async fn next(&mut self) -> Result<Option<WatchBlock>, Error> {
+        read_watch_block(&mut self.recv, &mut self.decoder)
+            .await
+            .map_err(|error| {
+                Error::new(
+                    Op::Request,
+                    &self.key,
+                    ErrorKind::Protocol,
+                    error.to_string(),
+                )
+            })
+    }
+}
+
 /// One connection to a server: each request runs on its own bidirectional stream.
 #[derive(Clone, Debug)]
 pub struct MarkConnection {
@@ -355,6 +383,32 @@ impl MarkConnection {
         let read = read_response(&mut recv, ResponseLimits::default());
         let ((), response) = tokio::join!(write, read);
         response.map_err(|error| fail(ErrorKind::Protocol, error.to_string()))
+    }
+
+    /// Opens a WATCH: sends `request` (its verb should be WATCH) and returns the stream of
+    /// blocks. A refusal before subscription is an ordinary response, whose frontmatter
+    /// reads as a terminal control block with the refusal's status.
+    pub async fn watch(&self, request: &Request) -> Result<WatchStream, Error> {
+        let key = request.path.clone();
+        let fail = |kind: ErrorKind, detail: String| Error::new(Op::Request, &key, kind, detail);
+        let bytes = request
+            .encode()
+            .map_err(|error| fail(ErrorKind::Invalid, error.to_string()))?;
+        let (mut send, recv) = self
+            .connection
+            .open_bi()
+            .await
+            .map_err(|error| fail(ErrorKind::Connection, error.to_string()))?;
+        send.write_all(&bytes)
+            .await
+            .map_err(|error| fail(ErrorKind::Connection, error.to_string()))?;
+        let _ = send.finish();
+        Ok(WatchStream {
+            recv,
+            _send: send,
+            decoder: WatchDecoder::new(),
+            key,
+        })
     }
 
     /// The certificate chain the server presented.

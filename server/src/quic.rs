@@ -4,8 +4,12 @@
 //! next stream), then answered by the same handlers as the HTTP gateway, so auth, admission
 //! limits and the per-request timeout are the same, and recorded in the same [`Metrics`].
 //!
-//! Shutdown stops accepting connections and streams, lets the streams in flight finish (for
-//! at most the shutdown timeout), then closes the endpoint.
+//! A WATCH stream stays open and carries the watch's blocks (`handlers::watch`); each
+//! connection may hold watches on at most half its streams.
+//!
+//! Shutdown stops accepting connections and streams, ends open watches with `closing`, lets
+//! the streams in flight finish (for at most the shutdown timeout), then closes the
+//! endpoint.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,9 +22,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::ListenConfig;
-use crate::handlers::{self, World};
+use crate::handlers::{self, WatchContext, World};
 use crate::http::Metrics;
-use crate::mark::{RequestLimits, Response, Status, read_request};
+use crate::limits::ConnectionWatches;
+use crate::mark::{RequestLimits, Response, Status, Verb, read_request};
 use crate::tls::ServerCertificates;
 use crate::worlds::Worlds;
 
@@ -79,15 +84,16 @@ pub fn bind(
     Endpoint::server(config, settings.address)
 }
 
-/// Serves `endpoint` until `shutdown` completes, then drains the streams in flight (for at
-/// most `shutdown_timeout`) and closes the endpoint.
+/// Serves `endpoint` (bound with `settings`) until `shutdown` completes, then drains the
+/// streams in flight (for at most the settings' shutdown timeout) and closes the endpoint.
 pub async fn serve(
     endpoint: Endpoint,
     worlds: Arc<Worlds>,
     metrics: Arc<Metrics>,
-    shutdown_timeout: Duration,
+    settings: QuicSettings,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    let shutdown_timeout = settings.shutdown_timeout;
     let streams = TaskTracker::new();
     let stop = CancellationToken::new();
     tokio::pin!(shutdown);
@@ -97,6 +103,7 @@ pub async fn serve(
             incoming = endpoint.accept() => {
                 let Some(incoming) = incoming else { break };
                 let server = ConnectionServer {
+                    max_streams: settings.max_incoming_streams,
                     worlds: worlds.clone(),
                     metrics: metrics.clone(),
                     streams: streams.clone(),
@@ -125,6 +132,8 @@ pub async fn serve(
 
 /// One connection's accept loop.
 struct ConnectionServer {
+    /// The connection's concurrent stream limit (half of it may hold watches).
+    max_streams: u32,
     worlds: Arc<Worlds>,
     metrics: Arc<Metrics>,
     streams: TaskTracker,
@@ -152,12 +161,23 @@ impl ConnectionServer {
             );
             return;
         };
+        let watches = WatchContext {
+            connection: Some(ConnectionWatches::for_stream_limit(self.max_streams)),
+            draining: self.stop.clone(),
+        };
         loop {
             tokio::select! {
                 () = self.stop.cancelled() => break,
                 accepted = connection.accept_bi() => match accepted {
                     Ok((send, recv)) => {
-                        self.streams.spawn(answer(world.clone(), self.metrics.clone(), send, recv));
+                        let stream = answer(
+                            world.clone(),
+                            self.metrics.clone(),
+                            watches.clone(),
+                            send,
+                            recv,
+                        );
+                        self.streams.spawn(stream);
                     }
                     Err(error) => {
                         tracing::debug!(%error, "QUIC connection ended");
@@ -183,6 +203,7 @@ impl ConnectionServer {
 async fn answer(
     world: Arc<World>,
     metrics: Arc<Metrics>,
+    watches: WatchContext,
     mut send: SendStream,
     mut recv: RecvStream,
 ) {
@@ -191,6 +212,26 @@ async fn answer(
     let read =
         tokio::time::timeout(timeout, read_request(&mut recv, RequestLimits::default())).await;
     let response = match read {
+        Ok(Ok(request)) if request.verb == Verb::Watch => {
+            match handlers::open_watch(world.clone(), request, &watches).await {
+                Ok(watch) => {
+                    metrics.observe(&world.name, Verb::Watch, Status::Ok, started);
+                    if let Err(error) = watch.write_to(&mut send).await {
+                        tracing::debug!(%error, "QUIC watch ended by the client");
+                        return;
+                    }
+                    if send.finish().is_ok() {
+                        // In flight until the client has the terminal block (see below).
+                        let _ = send.stopped().await;
+                    }
+                    return;
+                }
+                Err(response) => {
+                    metrics.observe(&world.name, Verb::Watch, response.status, started);
+                    response
+                }
+            }
+        }
         Ok(Ok(request)) => {
             let verb = request.verb;
             let response = handlers::handle(&world, request).await;

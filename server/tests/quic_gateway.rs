@@ -16,7 +16,7 @@ use quire_server::auth::{
 use quire_server::handlers::World;
 use quire_server::http::Metrics;
 use quire_server::limits::{LimitSettings, Limiter};
-use quire_server::mark::{MAX_BODY, MAX_REQUEST_LINE, Request, Response, Status, Verb};
+use quire_server::mark::{MAX_BODY, MAX_REQUEST_LINE, Request, Response, Status, Verb, WatchBlock};
 use quire_server::mark_client::{self, Client, MarkConnection, Trust};
 use quire_server::quic::{self, QuicSettings};
 use quire_server::reload::{ReloadFailure, reload};
@@ -118,7 +118,7 @@ async fn serve_with(
         endpoint,
         worlds.clone(),
         metrics.clone(),
-        settings.shutdown_timeout,
+        settings.clone(),
         async {
             let _ = stopped.await;
         },
@@ -654,5 +654,124 @@ async fn only_the_mark_alpn_is_spoken() {
         .downcast::<quinn::crypto::rustls::HandshakeData>()
         .unwrap();
     assert_eq!(handshake.protocol.as_deref(), Some(tls::ALPN_MARK));
+    server.shut_down().await;
+}
+
+/// A world whose store keeps a change ring, so WATCH is served.
+async fn watched_world(root: &Path) -> World {
+    let options = FileOptions {
+        durable: false,
+        change_ring: 64,
+        ..FileOptions::default()
+    };
+    let store = FileStore::open(root.join("test"), options).await.unwrap();
+    World {
+        name: "test".into(),
+        store: Arc::new(store),
+        auth: fixed_tokens(),
+        limiter: Limiter::new(LimitSettings::default()),
+        read_only: false,
+    }
+}
+
+fn event(block: Option<WatchBlock>) -> (String, u64, String) {
+    match block {
+        Some(WatchBlock::Event(event)) => (event.path, event.version, event.op),
+        other => panic!("expected an event, got {other:?}"),
+    }
+}
+
+fn control(block: Option<WatchBlock>) -> Status {
+    match block {
+        Some(WatchBlock::Control { status, .. }) => status,
+        other => panic!("expected a control block, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn watch_streams_changes_in_commit_order_and_ends_with_closing_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let test = watched_world(dir.path()).await;
+    let server = serve(dir, vec![test]).await;
+    let c = server.connect("localhost").await;
+
+    let mut docs = c.watch(&Request::new(Verb::Watch, "/docs/")).await.unwrap();
+    assert_eq!(control(docs.next().await.unwrap()), Status::Ok);
+    let mut one = c
+        .watch(&Request::new(Verb::Watch, "/docs/b.md"))
+        .await
+        .unwrap();
+    assert_eq!(control(one.next().await.unwrap()), Status::Ok);
+
+    for (n, path) in ["/docs/a.md", "/docs/b.md", "/docs/a.md"]
+        .iter()
+        .enumerate()
+    {
+        let put = send(
+            &c,
+            Request::new(Verb::Publish, *path)
+                .with_meta("auth", WRITER)
+                .with_body(format!("# {path}\nwrite {n}\n")),
+        )
+        .await;
+        assert_eq!(put.status, Status::Created, "{}", body(&put));
+    }
+    assert_eq!(
+        event(docs.next().await.unwrap()),
+        ("/docs/a.md".into(), 1, "publish".into())
+    );
+    assert_eq!(
+        event(docs.next().await.unwrap()),
+        ("/docs/b.md".into(), 1, "publish".into())
+    );
+    assert_eq!(
+        event(docs.next().await.unwrap()),
+        ("/docs/a.md".into(), 2, "publish".into())
+    );
+    assert_eq!(
+        event(one.next().await.unwrap()),
+        ("/docs/b.md".into(), 1, "publish".into()),
+        "a document watch sees only its document"
+    );
+
+    // A refusal before subscription is an ordinary answer on the stream.
+    let mut refused = c
+        .watch(&Request::new(Verb::Watch, "/docs/../x.md"))
+        .await
+        .unwrap();
+    assert_eq!(control(refused.next().await.unwrap()), Status::NotFound);
+
+    // Shutdown ends open watches with `closing`, then the streams finish.
+    let Server { stop, served, .. } = server;
+    let _ = stop.unwrap().send(());
+    assert_eq!(control(docs.next().await.unwrap()), Status::Closing);
+    assert_eq!(docs.next().await.unwrap(), None);
+    assert_eq!(control(one.next().await.unwrap()), Status::Closing);
+    assert_eq!(one.next().await.unwrap(), None);
+    served.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_connection_holds_watches_on_at_most_half_its_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let test = watched_world(dir.path()).await;
+    // The test server allows 16 streams per connection: 8 may watch.
+    let server = serve(dir, vec![test]).await;
+    let c = server.connect("localhost").await;
+    let mut open = Vec::new();
+    for _ in 0..8 {
+        let mut watch = c.watch(&Request::new(Verb::Watch, "/")).await.unwrap();
+        assert_eq!(control(watch.next().await.unwrap()), Status::Ok);
+        open.push(watch);
+    }
+    let mut ninth = c.watch(&Request::new(Verb::Watch, "/")).await.unwrap();
+    assert_eq!(control(ninth.next().await.unwrap()), Status::RateLimited);
+    // Another connection has its own slots.
+    let other = server.connect("localhost").await;
+    let mut elsewhere = other.watch(&Request::new(Verb::Watch, "/")).await.unwrap();
+    assert_eq!(control(elsewhere.next().await.unwrap()), Status::Ok);
+    // Ordinary requests still have their streams.
+    let health = send(&c, Request::new(Verb::Fetch, "/health")).await;
+    assert_eq!(health.status, Status::Ok);
     server.shut_down().await;
 }

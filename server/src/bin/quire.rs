@@ -84,6 +84,15 @@ enum Command {
     },
     /// Archive a document (publish an empty body to unarchive).
     Archive(Target),
+    /// Follow committed changes of a document, or of every document under a path ending in
+    /// `/`, printing each block as it arrives until the server ends the watch.
+    Watch {
+        #[command(flatten)]
+        target: Target,
+        /// Resume after this cursor (from an earlier event).
+        #[arg(long)]
+        since: Option<String>,
+    },
     /// Search the catalog under a directory.
     Lookup {
         #[command(flatten)]
@@ -210,6 +219,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
             .await
         }
+        Command::Watch { target, since } => watch(&target, since).await,
         Command::Lookup {
             target,
             query,
@@ -277,7 +287,7 @@ async fn serve(
         endpoint,
         worlds.clone(),
         metrics.clone(),
-        settings.shutdown_timeout,
+        settings.clone(),
         until_stopped(stopped.clone()),
     ));
     let http_server = tokio::spawn(http::serve_with_metrics(
@@ -453,6 +463,87 @@ async fn call(
     })
 }
 
+/// WATCH over either transport: every block is printed as the server sends it.
+async fn watch(target: &Target, since: Option<String>) -> anyhow::Result<ExitCode> {
+    let token = target
+        .token
+        .clone()
+        .or_else(|| std::env::var("QUIRE_TOKEN").ok());
+    if target.url.starts_with(mark_client::SCHEME) {
+        let url = MarkUrl::parse(&target.url)?;
+        let mut request = MarkRequest::new(Verb::Watch, url.path.clone());
+        if let Some(since) = since {
+            request.metadata.insert("since".into(), since);
+        }
+        if let Some(token) = token {
+            request.metadata.insert("auth".into(), token);
+        }
+        let trust = trust(target)?;
+        let address = mark_client::resolve(&url).await?;
+        let client = mark_client::Client::for_server(address, &trust)?;
+        let connection = client.connect(address, &url.host).await?;
+        let mut stream = connection.watch(&request).await?;
+        let mut last = None;
+        while let Some(block) = stream.next().await? {
+            print!("{}", String::from_utf8_lossy(&block.encode()?));
+            last = Some(block);
+        }
+        connection.close();
+        client.wait_idle().await;
+        let ended_well = matches!(
+            last,
+            Some(quire_server::mark::WatchBlock::Control {
+                status: Status::Closing | Status::Resync,
+                ..
+            })
+        );
+        return Ok(if ended_well {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    let mut url = reqwest::Url::parse(&target.url).context("parse the URL")?;
+    {
+        let mut pairs = url.query_pairs_mut();
+        pairs.append_key_only("watch");
+        if let Some(since) = &since {
+            pairs.append_pair("since", since);
+        }
+    }
+    let mut request = reqwest::Client::new().get(url);
+    if let Some(token) = &token {
+        request = request.bearer_auth(token);
+    }
+    let mut response = request.send().await?;
+    let ok = response.status().is_success();
+    if !ok {
+        eprintln!("status: {}", response.status());
+    }
+    while let Some(chunk) = response.chunk().await? {
+        print!("{}", String::from_utf8_lossy(&chunk));
+        use std::io::Write as _;
+        std::io::stdout().flush()?;
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// How a mark:// client verifies the server (`--insecure`, `--ca`, or the system roots).
+fn trust(target: &Target) -> anyhow::Result<Trust> {
+    Ok(if target.insecure {
+        eprintln!("warning: --insecure: the server certificate is not verified");
+        Trust::Insecure
+    } else if let Some(ca) = &target.ca {
+        Trust::from_pem_file(ca)?
+    } else {
+        Trust::SystemRoots
+    })
+}
+
 /// The query keys that only say which verb an HTTP call is.
 const VERB_MARKERS: [&str; 5] = ["list", "versions", "lookup", "append", "archive"];
 
@@ -516,14 +607,7 @@ async fn call_mark(
     if let Some(body) = body {
         request.body = body.into();
     }
-    let trust = if target.insecure {
-        eprintln!("warning: --insecure: the server certificate is not verified");
-        Trust::Insecure
-    } else if let Some(ca) = &target.ca {
-        Trust::from_pem_file(ca)?
-    } else {
-        Trust::SystemRoots
-    };
+    let trust = trust(target)?;
     let address = mark_client::resolve(&url).await?;
     let client = mark_client::Client::for_server(address, &trust)?;
     let connection = client.connect(address, &url.host).await?;
