@@ -206,7 +206,8 @@ pub enum Access {
 }
 
 /// Opens world `name` of `config` (the only world when `name` is `None` and there is one)
-/// through `factory`. Returns the world's name and its store.
+/// through `factory`, under its publish policy as the server opens it. Returns the world's
+/// name and its store.
 pub async fn open_world(
     config: &Config,
     name: Option<&str>,
@@ -254,6 +255,10 @@ pub async fn open_world(
             error.to_string(),
         )
     })?;
+    // The world's publish policy judges imported documents as it judges served writes.
+    let store = crate::policy::open(store, &world.policy, world.read_only)
+        .await
+        .map_err(|detail| Error::new(Op::Open, world.name.as_str(), ErrorKind::Store, detail))?;
     Ok((world.name.as_str().to_owned(), store))
 }
 

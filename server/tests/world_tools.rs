@@ -401,3 +401,54 @@ async fn the_tools_work_on_a_world_that_is_not_a_bucket_store() {
     assert_eq!(files(out.path()), files(source.path()));
     store.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_is_judged_by_the_worlds_publish_policy() {
+    let bucket = tempfile::tempdir().unwrap();
+    let source = tempfile::tempdir().unwrap();
+    let policy = bucket.path().join("policy.md");
+    std::fs::write(
+        &policy,
+        "---\nstrictness: block\nrequire_tags: domain\n---\n# Publish policy\n",
+    )
+    .unwrap();
+    let text = format!(
+        "{}\n[worlds.policy]\nrequired = true\nseed_file = {:?}\n",
+        config_text(&bucket.path().join("bucket")),
+        policy.display().to_string()
+    );
+    let config = Config::parse(&text, "test").unwrap();
+    let (_, store) = open_world(&config, None, &wiring::Backends, Access::Writable)
+        .await
+        .unwrap();
+    write(
+        source.path(),
+        "tagged.md",
+        "---\ntags: [domain:storage]\n---\n# Tagged\n",
+    );
+    write(source.path(), "untagged.md", "# Untagged\n");
+
+    let report = import(&store, source.path(), Progress::Hidden)
+        .await
+        .unwrap();
+    assert_eq!(report.created, 1, "{report:?}");
+    assert_eq!(report.invalid.len(), 1, "{report:?}");
+    assert_eq!(
+        report.invalid[0].path,
+        source.path().join("untagged.md").display().to_string()
+    );
+    assert!(
+        report.invalid[0].detail.contains("missing-tag: domain"),
+        "{report:?}"
+    );
+    let view = store.open_view(&Ctx::new()).await.unwrap();
+    assert!(view.versions(&Ctx::new(), "/untagged.md").await.is_err());
+    assert_eq!(
+        view.versions(&Ctx::new(), "/tagged.md")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    view.close();
+}
