@@ -126,41 +126,10 @@ impl fmt::Display for ErrorKind {
 }
 
 /// A configuration failure: `config <op> "<file>": <kind>: line N: <detail>`.
-#[derive(Debug, thiserror::Error)]
-#[error("config {op} {key:?}: {kind}: {detail}")]
-pub struct Error {
-    op: Op,
-    key: String,
-    kind: ErrorKind,
-    detail: String,
-}
+pub type Error = crate::failure::Failure<Op, ErrorKind>;
 
-impl Error {
-    pub fn new(op: Op, key: impl Into<String>, kind: ErrorKind, detail: impl Into<String>) -> Self {
-        Error {
-            op,
-            key: key.into(),
-            kind,
-            detail: detail.into(),
-        }
-    }
-
-    pub fn op(&self) -> Op {
-        self.op
-    }
-
-    /// The file (or `<default>`).
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    pub fn kind(&self) -> ErrorKind {
-        self.kind
-    }
-
-    pub fn detail(&self) -> &str {
-        &self.detail
-    }
+impl crate::failure::Subject for Op {
+    const SUBJECT: &'static str = "config";
 }
 
 /// A world's name: `[a-z0-9][a-z0-9_-]*`, at most 63 characters.

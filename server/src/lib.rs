@@ -21,6 +21,7 @@
 //!   authorities, tokens, limits and publish policy) and the embedded default.
 //! - [`policy`]: the publish policy document and the store decorator that enforces it.
 //! - [`store_metrics`]: per-world store metrics (commit batches, slot races, blob traffic).
+//! - [`failure`]: the one error shape (op, key, kind, detail) of the modules above.
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
 //! - [`world_tools`]: `quire world verify | export | import` over one configured world.
 //!
@@ -28,6 +29,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod failure;
 pub mod handlers;
 pub mod http;
 pub mod limits;

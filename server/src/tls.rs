@@ -74,40 +74,10 @@ impl fmt::Display for ErrorKind {
 }
 
 /// A TLS failure: `tls <op> "<key>": <kind>: <detail>`, the key being the file concerned.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("tls {op} {key:?}: {kind}: {detail}")]
-pub struct Error {
-    op: Op,
-    key: String,
-    kind: ErrorKind,
-    detail: String,
-}
+pub type Error = crate::failure::Failure<Op, ErrorKind>;
 
-impl Error {
-    pub fn new(op: Op, key: impl Into<String>, kind: ErrorKind, detail: impl Into<String>) -> Self {
-        Error {
-            op,
-            key: key.into(),
-            kind,
-            detail: detail.into(),
-        }
-    }
-
-    pub fn op(&self) -> Op {
-        self.op
-    }
-
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    pub fn kind(&self) -> ErrorKind {
-        self.kind
-    }
-
-    pub fn detail(&self) -> &str {
-        &self.detail
-    }
+impl crate::failure::Subject for Op {
+    const SUBJECT: &'static str = "tls";
 }
 
 /// The one crypto provider (ring, the one the HTTP and S3 clients already use).

@@ -99,40 +99,10 @@ impl fmt::Display for ErrorKind {
 }
 
 /// A world tool failure: `world <op> "<key>": <kind>: <detail>`.
-#[derive(Debug, thiserror::Error)]
-#[error("world {op} {key:?}: {kind}: {detail}")]
-pub struct Error {
-    op: Op,
-    key: String,
-    kind: ErrorKind,
-    detail: String,
-}
+pub type Error = crate::failure::Failure<Op, ErrorKind>;
 
-impl Error {
-    pub fn new(op: Op, key: impl Into<String>, kind: ErrorKind, detail: impl Into<String>) -> Self {
-        Error {
-            op,
-            key: key.into(),
-            kind,
-            detail: detail.into(),
-        }
-    }
-
-    pub fn op(&self) -> Op {
-        self.op
-    }
-
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    pub fn kind(&self) -> ErrorKind {
-        self.kind
-    }
-
-    pub fn detail(&self) -> &str {
-        &self.detail
-    }
+impl crate::failure::Subject for Op {
+    const SUBJECT: &'static str = "world";
 }
 
 fn store_error(op: Op, error: &quire_backend::Error) -> Error {
