@@ -361,13 +361,14 @@ impl Replica {
         self.pending_since
     }
 
-    /// Applies a slot (it must follow the state).
+    /// Applies a slot (it must follow the state) in place; a refused slot leaves the state
+    /// and what the next checkpoint needs as they were.
     pub fn apply(&mut self, slot: &EncodedSlot) -> Result<()> {
-        let next = self
-            .state
-            .apply(slot)
+        let before = self.state.sequence();
+        self.state
+            .apply_in_place(slot)
             .map_err(|e| Error::from_log(Op::Replay, e))?;
-        self.observe(slot, next);
+        self.track(slot, before);
         Ok(())
     }
 
@@ -375,6 +376,13 @@ impl Replica {
     /// state, recording what the next checkpoint needs.
     pub fn observe(&mut self, slot: &EncodedSlot, after: WorldState) {
         let before = self.state.sequence();
+        self.state = after;
+        self.track(slot, before);
+    }
+
+    /// Records what the next checkpoint needs of `slot`, just applied to the state (which
+    /// was at `before`).
+    fn track(&mut self, slot: &EncodedSlot, before: u64) {
         let last = slot.slot.last();
         for entry in &slot.slot.entries {
             self.tracker.changes.insert(entry.path.clone(), last);
@@ -384,7 +392,7 @@ impl Replica {
             if crossed > grid(*width, before) {
                 self.tracker.cuts[j] = Some(Cut {
                     grid: crossed,
-                    state: after.clone(),
+                    state: self.state.clone(),
                     changes: self.tracker.changes.clone(),
                 });
             }
@@ -393,7 +401,6 @@ impl Replica {
         if self.pending_since.is_none() {
             self.pending_since = Some(self.clock.now());
         }
-        self.state = after;
     }
 
     /// Brings the state to the log's tip: probes the next slot name and replays every later
