@@ -1,9 +1,10 @@
-//! The persistent world state and [`WorldState::apply`], the one function that advances it.
+//! The persistent world state and [`WorldState::apply`], the one function that advances it
+//! (as a new state, or in place with [`WorldState::apply_in_place`]).
 //!
 //! A state is the world after some sequence: every document, the directory-children counters
 //! listings and topology checks read, and the body-hash index of live documents. It is built
 //! from persistent ordered maps, so a clone is O(1) and a snapshot pinned by a reader never
-//! sees later changes.
+//! sees later changes; applying in place changes only the nodes no snapshot shares.
 //!
 //! `apply` accepts exactly the slots a correct writer could have committed on this state, and
 //! refuses everything else as an integrity error:
