@@ -65,6 +65,19 @@ pub(crate) struct Tracker {
     pub slots: VecDeque<(u64, Hash)>,
 }
 
+/// Change marks collected while a replica replays, inserted into its tracker when the
+/// replay ends however it ends: finished, failed part way, or dropped part way.
+struct Marking<'a> {
+    replica: &'a mut Replica,
+    pending: Vec<(DocPath, u64)>,
+}
+
+impl Drop for Marking<'_> {
+    fn drop(&mut self) {
+        self.replica.mark_changes(&mut self.pending);
+    }
+}
+
 /// Options for [`Replica::open`].
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
@@ -361,30 +374,82 @@ impl Replica {
         self.pending_since
     }
 
-    /// Applies a slot (it must follow the state).
+    /// Applies a slot (it must follow the state) in place; a refused slot leaves the state
+    /// and what the next checkpoint needs as they were.
     pub fn apply(&mut self, slot: &EncodedSlot) -> Result<()> {
-        let next = self
-            .state
-            .apply(slot)
+        let before = self.state.sequence();
+        self.state
+            .apply_in_place(slot)
             .map_err(|e| Error::from_log(Op::Replay, e))?;
-        self.observe(slot, next);
+        self.track(slot, before, None);
         Ok(())
+    }
+
+    /// [`Replica::apply`], collecting the tracker's change marks in `pending` rather than
+    /// inserting them one by one (the caller hands them to [`Replica::mark_changes`]).
+    fn apply_collecting(
+        &mut self,
+        slot: &EncodedSlot,
+        pending: &mut Vec<(DocPath, u64)>,
+    ) -> Result<()> {
+        let before = self.state.sequence();
+        self.state
+            .apply_in_place(slot)
+            .map_err(|e| Error::from_log(Op::Replay, e))?;
+        self.track(slot, before, Some(pending));
+        Ok(())
+    }
+
+    /// Inserts collected change marks into the tracker. In path order, each insert finds
+    /// the map's nodes the one before it just walked still in cache, where marks in log
+    /// order would each walk a cold path; for a path marked twice the later mark wins.
+    fn mark_changes(&mut self, pending: &mut Vec<(DocPath, u64)>) {
+        pending.sort_unstable();
+        for (path, last) in pending.drain(..) {
+            self.tracker.changes.insert(path, last);
+        }
     }
 
     /// Takes `after`, the state a committer computed by applying `slot` to this replica's
     /// state, recording what the next checkpoint needs.
     pub fn observe(&mut self, slot: &EncodedSlot, after: WorldState) {
         let before = self.state.sequence();
+        self.state = after;
+        self.track(slot, before, None);
+    }
+
+    /// Records what the next checkpoint needs of `slot`, just applied to the state (which
+    /// was at `before`). Change marks go into `pending` when given, else into the tracker.
+    fn track(
+        &mut self,
+        slot: &EncodedSlot,
+        before: u64,
+        pending: Option<&mut Vec<(DocPath, u64)>>,
+    ) {
         let last = slot.slot.last();
-        for entry in &slot.slot.entries {
-            self.tracker.changes.insert(entry.path.clone(), last);
-        }
-        for (j, width) in self.base.root.widths.iter().enumerate() {
-            let crossed = grid(*width, last);
-            if crossed > grid(*width, before) {
+        let marks = slot.slot.entries.iter().map(|e| (e.path.clone(), last));
+        let mut pending = match pending {
+            Some(pending) => {
+                pending.extend(marks);
+                Some(pending)
+            }
+            None => {
+                for (path, last) in marks {
+                    self.tracker.changes.insert(path, last);
+                }
+                None
+            }
+        };
+        let widths = self.base.root.widths;
+        for (j, width) in widths.into_iter().enumerate() {
+            let crossed = grid(width, last);
+            if crossed > grid(width, before) {
+                if let Some(pending) = pending.as_deref_mut() {
+                    self.mark_changes(pending);
+                }
                 self.tracker.cuts[j] = Some(Cut {
                     grid: crossed,
-                    state: after.clone(),
+                    state: self.state.clone(),
                     changes: self.tracker.changes.clone(),
                 });
             }
@@ -393,7 +458,6 @@ impl Replica {
         if self.pending_since.is_none() {
             self.pending_since = Some(self.clock.now());
         }
-        self.state = after;
     }
 
     /// Brings the state to the log's tip: probes the next slot name and replays every later
@@ -407,6 +471,18 @@ impl Replica {
             return Ok(0);
         };
         self.apply(&next)?;
+        let mut marking = Marking {
+            replica: self,
+            pending: Vec::new(),
+        };
+        let Marking { replica, pending } = &mut marking;
+        Ok(1 + replica.replay_after_probe(pending).await?)
+    }
+
+    /// The rest of [`Replica::catch_up`] once the probed slot applied: lists the log after
+    /// the state and applies every slot listed, change marks collected in `pending`.
+    async fn replay_after_probe(&mut self, pending: &mut Vec<(DocPath, u64)>) -> Result<usize> {
+        let op = Op::Replay;
         let log = log_keys::log_prefix(&self.prefix);
         let after = log_keys::slot_key(&self.prefix, self.state.sequence());
         let listed = quire_blob::list_all(&*self.store, &log, &after)
@@ -450,7 +526,7 @@ impl Replica {
                 }
             })
             .buffered(REPLAY_READERS);
-        let mut applied = 1;
+        let mut applied = 0;
         while let Some(slot) = reads.try_next().await? {
             if slot.slot.first != self.state.sequence() + 1 {
                 return Err(Error::integrity(
@@ -459,7 +535,7 @@ impl Replica {
                     format!("gap in the log after sequence {}", self.state.sequence()),
                 ));
             }
-            self.apply(&slot)?;
+            self.apply_collecting(&slot, pending)?;
             applied += 1;
         }
         Ok(applied)

@@ -382,3 +382,32 @@ async fn one_changed_document_costs_one_block_one_shard_one_root_one_checkpoint(
         .unwrap();
     assert!(changed.recent.is_empty() && changed.history.last().unwrap().last == 2);
 }
+
+/// A replay that fails part way keeps, for the next checkpoint, the changes of the slots it
+/// applied: a checkpoint written then holds their documents.
+#[tokio::test(start_paused = true)]
+async fn a_replay_failing_part_way_keeps_the_changes_it_applied() {
+    let memory = memory();
+    let simulated = Arc::new(Simulated::new(memory.clone(), 1));
+    let store: Arc<dyn BlobStore> = simulated.clone();
+    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    round(&mut writer, 0).await;
+    let mut replica = open(&store).await;
+    replica.checkpoint(FRESHEN).await.unwrap();
+    for r in 1..6 {
+        round(&mut writer, r).await;
+    }
+    let reached = writer.state.clone();
+    let unreadable = quire_log::keys::slot_key(PREFIX, reached.sequence() + 1);
+    round(&mut writer, 6).await;
+    round(&mut writer, 7).await;
+    let fault = simulated.add_fault(FaultRule::new(BlobOp::Get, unreadable, Fault::Unavailable));
+    assert!(replica.catch_up().await.is_err());
+    assert_eq!(state_digest(replica.state()), state_digest(&reached));
+    simulated.remove_fault(fault);
+
+    replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    let cold = open_at(&store, reached.sequence()).await;
+    assert_eq!(cold.base().sequence(), reached.sequence());
+    assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
+}

@@ -11,7 +11,8 @@ use common::*;
 use quire_blob::BlobStore;
 use quire_checkpoint::format::{Checkpoint, DEFAULT_WIDTHS, Root, Tier, encode_shard, shard_bits};
 use quire_checkpoint::keys::{checkpoint_key, root_key, shard_key};
-use quire_checkpoint::{ErrorKind, OpenOptions, Replica};
+use quire_checkpoint::{ErrorKind, OpenOptions, Replica, state_digest};
+use quire_log::slot::EncodedSlot;
 use quire_log::{DocPath, DocState, Hash};
 
 const FRESHEN: Duration = Duration::from_secs(1800);
@@ -315,4 +316,45 @@ async fn every_flipped_byte_of_every_checkpoint_object_is_an_integrity_error() {
     Replica::open(store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();
+}
+
+/// A slot whose first entries apply and whose last cannot is refused by replay as a whole:
+/// the replica keeps the state and the tracking it had before the slot, and the honest slot
+/// still applies after.
+#[tokio::test]
+async fn a_slot_refused_part_way_leaves_the_replica_as_it_was() {
+    let (store, mut writer, _) = world().await;
+    let mut replica = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
+        .await
+        .unwrap();
+    let before = state_digest(replica.state());
+    let slots = replica.slots_since_base();
+    let honest = writer
+        .commit(&[
+            publish("/a.md", "a2\n"),
+            publish("/f/g.md", "g\n"),
+            archive("/b.md", true),
+        ])
+        .await;
+    // The last entry names a version the document never had.
+    let key = quire_log::keys::slot_key(PREFIX, honest.slot.first);
+    let generation = store.head(&key).await.unwrap().generation;
+    store.delete(&key, &generation).await.unwrap();
+    let mut tampered = honest.slot.clone();
+    tampered.entries.last_mut().unwrap().current += 1;
+    let tampered = EncodedSlot::encode(tampered, &key).unwrap();
+    store.create(&key, tampered.bytes.clone()).await.unwrap();
+
+    let err = replica.catch_up().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity, "{err}");
+    assert_eq!(state_digest(replica.state()), before);
+    assert_eq!(replica.slots_since_base(), slots);
+    replica.state().check_indexes().unwrap();
+    let err = replica.apply(&tampered).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity, "{err}");
+    assert_eq!(state_digest(replica.state()), before);
+
+    replica.apply(&honest).unwrap();
+    assert_eq!(state_digest(replica.state()), state_digest(&writer.state));
+    assert_eq!(replica.slots_since_base(), slots + 1);
 }

@@ -1,9 +1,10 @@
-//! The persistent world state and [`WorldState::apply`], the one function that advances it.
+//! The persistent world state and [`WorldState::apply`], the one function that advances it
+//! (as a new state, or in place with [`WorldState::apply_in_place`]).
 //!
 //! A state is the world after some sequence: every document, the directory-children counters
 //! listings and topology checks read, and the body-hash index of live documents. It is built
 //! from persistent ordered maps, so a clone is O(1) and a snapshot pinned by a reader never
-//! sees later changes.
+//! sees later changes; applying in place changes only the nodes no snapshot shares.
 //!
 //! `apply` accepts exactly the slots a correct writer could have committed on this state, and
 //! refuses everything else as an integrity error:
@@ -47,6 +48,9 @@ pub struct ChildCounts {
 
 /// `(directory, child name)`.
 type ChildKey = (Arc<str>, Arc<str>);
+
+/// An entry's path and the document there before it (`None`: there was none).
+type Undo = (DocPath, Option<DocState>);
 
 /// One entry of a directory listing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -594,8 +598,31 @@ impl WorldState {
 
     /// Applies a slot, returning the next state; `self` is unchanged either way.
     pub fn apply(&self, slot: &EncodedSlot) -> Result<WorldState> {
-        let key = format!("log/{:016x}", slot.slot.first);
-        let bad = |why: String| Error::integrity(Op::Apply, key.clone(), why);
+        let mut next = self.clone();
+        next.apply_slot(slot, None)?;
+        Ok(next)
+    }
+
+    /// Applies a slot to this state in place: the maps' nodes and documents no other state
+    /// shares are changed where they are, not copied (a snapshot cloned earlier still sees
+    /// the old state). A refused slot leaves the state exactly as it was: the entries it had
+    /// applied are undone.
+    pub fn apply_in_place(&mut self, slot: &EncodedSlot) -> Result<()> {
+        let mut undo = Vec::with_capacity(slot.slot.entries.len());
+        let applied = self.apply_slot(slot, Some(&mut undo));
+        if applied.is_err() {
+            for (path, prior) in undo.into_iter().rev() {
+                self.restore_doc(&path, prior);
+            }
+        }
+        applied
+    }
+
+    /// The checks and entries of `apply`, recording in `undo` (when given) each entry's path
+    /// and the document there before it.
+    fn apply_slot(&mut self, slot: &EncodedSlot, mut undo: Option<&mut Vec<Undo>>) -> Result<()> {
+        let key = || format!("log/{:016x}", slot.slot.first);
+        let bad = |why: String| Error::integrity(Op::Apply, key(), why);
         if slot.slot.world != self.world {
             return Err(bad(format!(
                 "slot of world {} applied to world {}",
@@ -611,7 +638,6 @@ impl WorldState {
         if slot.slot.prev != self.tip {
             return Err(bad("slot does not chain onto the tip".into()));
         }
-        let mut next = self.clone();
         for (i, entry) in slot.slot.entries.iter().enumerate() {
             let record = entry.write.as_ref().map(|w| VersionRecord {
                 version: entry.current,
@@ -621,12 +647,16 @@ impl WorldState {
                 size: w.size,
                 location: slot.location(i),
             });
-            next.apply_entry(entry, record)
+            let prior = self
+                .step(entry, record, undo.is_some())
                 .map_err(|why| bad(format!("entry {i} ({}): {why}", entry.path)))?;
+            if let Some(undo) = undo.as_deref_mut() {
+                undo.push((entry.path.clone(), prior));
+            }
         }
-        next.sequence = slot.slot.last();
-        next.tip = slot.hash;
-        Ok(next)
+        self.sequence = slot.slot.last();
+        self.tip = slot.hash;
+        Ok(())
     }
 
     /// Applies one entry (its version record already located). Used by `apply` and by the
@@ -636,31 +666,54 @@ impl WorldState {
         entry: &Entry,
         record: Option<VersionRecord>,
     ) -> Result<(), String> {
-        let old = self.docs.get(&entry.path).cloned();
-        match (&entry.write, record, old) {
-            (Some(write), _, _) if !write.catalog.derives_from_metadata() => {
-                Err("catalog record does not derive from its metadata".into())
-            }
-            (Some(write), Some(record), None) => {
-                if entry.current != 1 || entry.first != 1 {
-                    return Err("a new document must start at version 1".into());
+        self.step(entry, record, false).map(drop)
+    }
+
+    /// Applies one entry, or refuses it leaving the state untouched. With `keep_prior`,
+    /// returns the document at the path before (`None` for a new one; a copy that shares
+    /// its records with the document it was).
+    ///
+    /// The document map is searched once: an existing document is checked and changed
+    /// through the one mutable handle (nodes and document copied only where shared).
+    fn step(
+        &mut self,
+        entry: &Entry,
+        record: Option<VersionRecord>,
+        keep_prior: bool,
+    ) -> Result<Option<DocState>, String> {
+        if let Some(write) = &entry.write
+            && !write.catalog.derives_from_metadata()
+        {
+            return Err("catalog record does not derive from its metadata".into());
+        }
+        let Some(handle) = self.docs.get_mut(&entry.path) else {
+            return match (&entry.write, record) {
+                (Some(write), Some(record)) => {
+                    if entry.current != 1 || entry.first != 1 {
+                        return Err("a new document must start at version 1".into());
+                    }
+                    self.topology_allows(&entry.path)?;
+                    self.insert_new(DocState {
+                        path: entry.path.clone(),
+                        current: 1,
+                        first: 1,
+                        archived: false,
+                        body_hash: entry.body_hash,
+                        modified: entry.modified,
+                        catalog: DocCatalog::from(&write.catalog),
+                        head: record.clone(),
+                        history: Arc::from(Vec::<HistoryBlockRef>::new()),
+                        recent: RecentVersions::from_iter([record]),
+                    });
+                    Ok(None)
                 }
-                self.topology_allows(&entry.path)?;
-                self.insert_new(DocState {
-                    path: entry.path.clone(),
-                    current: 1,
-                    first: 1,
-                    archived: false,
-                    body_hash: entry.body_hash,
-                    modified: entry.modified,
-                    catalog: DocCatalog::from(&write.catalog),
-                    head: record.clone(),
-                    history: Arc::from(Vec::<HistoryBlockRef>::new()),
-                    recent: RecentVersions::from_iter([record]),
-                });
-                Ok(())
-            }
-            (Some(write), Some(record), Some(old)) => {
+                (None, _) => Err("archive transition of a missing document".into()),
+                (Some(_), None) => Err("write without a version record".into()),
+            };
+        };
+        let old: &DocState = handle;
+        match (&entry.write, record) {
+            (Some(write), Some(record)) => {
                 if old.archived {
                     return Err("write to an archived document".into());
                 }
@@ -692,21 +745,31 @@ impl WorldState {
                         entry.first
                     ));
                 }
-                let mut doc = (*old).clone();
+                // An unchanged catalog keeps the record the document already shares.
+                let same_catalog = old.catalog.title() == write.catalog.title
+                    && old.catalog.metadata_is(&write.catalog.metadata);
+                let prior = keep_prior.then(|| old.clone());
+                let old_hash = old.body_hash;
+                let doc = Arc::make_mut(handle);
                 doc.current = entry.current;
                 doc.first = entry.first;
                 doc.body_hash = entry.body_hash;
                 doc.modified = entry.modified;
-                doc.catalog = DocCatalog::from(&write.catalog);
+                if !same_catalog {
+                    doc.catalog = DocCatalog::from(&write.catalog);
+                }
                 doc.head = record.clone();
                 doc.recent.push_back(record);
                 while doc.recent.front().is_some_and(|r| r.version < doc.first) {
                     doc.recent.pop_front();
                 }
-                self.replace(&old, doc);
-                Ok(())
+                if old_hash != entry.body_hash {
+                    self.hashes.remove(&(old_hash, entry.path.clone()));
+                    self.hashes.insert((entry.body_hash, entry.path.clone()));
+                }
+                Ok(prior)
             }
-            (None, _, Some(old)) => {
+            (None, _) => {
                 if entry.current != old.current
                     || entry.first != old.first
                     || entry.body_hash != old.body_hash
@@ -717,47 +780,62 @@ impl WorldState {
                 if entry.archived == old.archived {
                     return Err("archive transition does not change the archived flag".into());
                 }
-                let mut doc = (*old).clone();
-                doc.archived = entry.archived;
-                self.replace(&old, doc);
-                Ok(())
+                let prior = keep_prior.then(|| old.clone());
+                Arc::make_mut(handle).archived = entry.archived;
+                // Counted as the new flag before uncounted as the old, so no counter empties.
+                self.count(&entry.path, entry.archived, 1);
+                self.count(&entry.path, !entry.archived, -1);
+                let indexed = (entry.body_hash, entry.path.clone());
+                if entry.archived {
+                    self.hashes.remove(&indexed);
+                } else {
+                    self.hashes.insert(indexed);
+                }
+                Ok(prior)
             }
-            (None, _, None) => Err("archive transition of a missing document".into()),
-            (Some(_), None, _) => Err("write without a version record".into()),
+            (Some(_), None) => Err("write without a version record".into()),
+        }
+    }
+
+    /// Puts `prior` (or nothing) back at `path` in place of what an applied entry left there,
+    /// with the indexes.
+    fn restore_doc(&mut self, path: &DocPath, prior: Option<DocState>) {
+        if let Some(current) = self.docs.remove(path) {
+            self.index(&current, -1);
+        }
+        if let Some(prior) = prior {
+            self.index(&prior, 1);
+            self.docs.insert(path.clone(), Arc::new(prior));
+        }
+    }
+
+    /// Adds (`sign` 1) or removes (-1) a document's entries in the derived indexes.
+    fn index(&mut self, doc: &DocState, sign: i64) {
+        self.count(&doc.path, doc.archived, sign);
+        if !doc.archived {
+            let indexed = (doc.body_hash, doc.path.clone());
+            if sign > 0 {
+                self.hashes.insert(indexed);
+            } else {
+                self.hashes.remove(&indexed);
+            }
         }
     }
 
     fn insert_new(&mut self, doc: DocState) {
-        self.count(&doc, 1);
-        if !doc.archived {
-            self.hashes.insert((doc.body_hash, doc.path.clone()));
-        }
-        self.docs.insert(doc.path.clone(), Arc::new(doc));
-    }
-
-    fn replace(&mut self, old: &DocState, doc: DocState) {
-        if old.archived != doc.archived {
-            self.count(old, -1);
-            self.count(&doc, 1);
-        }
-        if !old.archived {
-            self.hashes.remove(&(old.body_hash, old.path.clone()));
-        }
-        if !doc.archived {
-            self.hashes.insert((doc.body_hash, doc.path.clone()));
-        }
+        self.index(&doc, 1);
         self.docs.insert(doc.path.clone(), Arc::new(doc));
     }
 
     /// Adds (`sign` 1) or removes (-1) a document's contribution to the directory counters
     /// (the document's own edge is not stored: [`WorldState::child`] derives it).
-    fn count(&mut self, doc: &DocState, sign: i64) {
-        let mut edges: Vec<(&str, &str)> = doc.path.edges().collect();
+    fn count(&mut self, path: &DocPath, archived: bool, sign: i64) {
+        let mut edges: Vec<(&str, &str)> = path.edges().collect();
         edges.pop();
         for (depth, (dir, name)) in edges.into_iter().enumerate() {
             let key: (Arc<str>, Arc<str>) = (dir.into(), name.into());
             let mut counts = self.children.get(&key).copied().unwrap_or_default();
-            let visible = !hidden_below(&doc.path, depth);
+            let visible = !hidden_below(path, depth);
             let step = |v: &mut u64, on: bool| {
                 if on {
                     *v = v
@@ -767,7 +845,7 @@ impl WorldState {
             };
             step(&mut counts.docs, true);
             step(&mut counts.visible, visible);
-            step(&mut counts.live, visible && !doc.archived);
+            step(&mut counts.live, visible && !archived);
             if counts.docs == 0 {
                 self.children.remove(&key);
             } else {

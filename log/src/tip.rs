@@ -55,7 +55,7 @@ pub async fn catch_up_observed(
     let Some(next) = read_slot(store, prefix, state.sequence() + 1).await? else {
         return Ok(0);
     };
-    *state = state.apply(&next)?;
+    state.apply_in_place(&next)?;
     observe(&next);
     Ok(1 + replay_observed(store, prefix, state, observe).await?)
 }
@@ -110,7 +110,7 @@ pub async fn replay_observed(
                 format!("gap in the log after sequence {}", state.sequence()),
             ));
         }
-        *state = state.apply(&slot)?;
+        state.apply_in_place(&slot)?;
         observe(&slot);
         applied += 1;
     }

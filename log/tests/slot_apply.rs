@@ -143,7 +143,9 @@ proptest! {
             let key = keys::slot_key("", slot.slot.first);
             let decoded = EncodedSlot::decode(&key, slot.slot.first, slot.bytes.clone()).unwrap();
             prop_assert_eq!(&decoded.slot, &slot.slot);
-            replayed = replayed.apply(&decoded).unwrap();
+            let copied = replayed.apply(&decoded).unwrap();
+            replayed.apply_in_place(&decoded).unwrap();
+            prop_assert!(replayed == copied);
             let mut bytes = slot.bytes.to_vec();
             let i = flip.index(bytes.len());
             bytes[i] ^= 0x01;
@@ -168,8 +170,33 @@ fn refused(state: &WorldState, slot: &EncodedSlot, tamper: impl FnOnce(&mut quir
         Ok(encoded) => {
             let err = state.apply(&encoded).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Integrity, "{err}");
+            refused_in_place(state, &encoded);
         }
     }
+}
+
+/// A copy of `state` sharing nothing with it, so applying in place changes its own nodes.
+fn unshared(state: &WorldState) -> WorldState {
+    WorldState::restore(
+        state.world(),
+        state.sequence(),
+        state.tip(),
+        state.docs().map(|d| (**d).clone()),
+    )
+    .unwrap()
+}
+
+/// `slot` is refused in place too, on a state nothing else shares, leaving it exactly as
+/// it was.
+fn refused_in_place(state: &WorldState, slot: &EncodedSlot) {
+    let mut in_place = unshared(state);
+    let err = in_place.apply_in_place(slot).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity, "{err}");
+    assert!(
+        in_place == *state,
+        "a refused slot changed the state: {err}"
+    );
+    in_place.check_indexes().unwrap();
 }
 
 #[test]
@@ -290,6 +317,67 @@ fn apply_refuses_illegal_transitions() {
     base.apply(&update).unwrap();
     base.apply(&create).unwrap();
     base.apply(&arch).unwrap();
+}
+
+/// A slot whose early entries apply and whose last is illegal is refused in place as a
+/// whole: the documents, directory counters and hash index the early entries changed (a
+/// rewrite, a new directory, both archive flips, a second touch of one path) are restored.
+#[test]
+fn in_place_refusal_undoes_applied_entries() {
+    let mut state = WorldState::genesis(WORLD);
+    let mut bases = Vec::new();
+    commit(
+        &mut state,
+        &[
+            publish("/dir/doc.md", "v1"),
+            publish("/dir/other.md", "o"),
+            publish("/live.md", "x"),
+        ],
+        false,
+        &mut bases,
+    );
+    commit(&mut state, &[archive("/live.md", true)], false, &mut bases);
+    let base = state.clone();
+    let prefix = [
+        publish("/dir/doc.md", "v2"),
+        publish("/fresh/dir/new.md", "n"),
+        archive("/dir/other.md", true),
+        archive("/live.md", false),
+        publish("/dir/doc.md", "v3"),
+    ];
+    let legal = commit(
+        &mut base.clone(),
+        &[&prefix[..], &[publish("/live.md", "y")]].concat(),
+        false,
+        &mut bases.clone(),
+    );
+    let last = legal.slot.entries.len() - 1;
+    let tampers: [fn(&mut quire_log::Slot, usize); 5] = [
+        |s, i| s.entries[i].current += 1,
+        |s, i| s.entries[i].write.as_mut().unwrap().previous = Some(Hash::of(b"x")),
+        |s, i| s.entries[i].path = path("/fresh/dir/new.md/below.md"),
+        |s, i| s.entries[i].path = path("/fresh"),
+        |s, i| s.entries[i].path = path("/dir/other.md"), // archived by an earlier entry
+    ];
+    for tamper in tampers {
+        let mut raw = legal.slot.clone();
+        tamper(&mut raw, last);
+        let encoded = EncodedSlot::encode(raw, &keys::slot_key("", legal.slot.first)).unwrap();
+        assert!(base.apply(&encoded).is_err());
+        refused_in_place(&base, &encoded);
+    }
+    // The legal slot applies in place to the same state `apply` gives, and a snapshot
+    // taken before does not move.
+    let mut in_place = unshared(&base);
+    let snapshot = in_place.clone();
+    in_place.apply_in_place(&legal).unwrap();
+    assert!(in_place == base.apply(&legal).unwrap());
+    assert!(snapshot == base);
+    in_place.check_indexes().unwrap();
+    let new = in_place.doc(&path("/fresh/dir/new.md")).unwrap();
+    assert_eq!(new.current, 1);
+    assert!(!in_place.doc(&path("/live.md")).unwrap().archived);
+    assert_eq!(in_place.doc(&path("/dir/doc.md")).unwrap().current, 3);
 }
 
 #[test]
