@@ -9,50 +9,15 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::committers::*;
 use common::stores::TestStore;
 use common::*;
 use futures::future::join_all;
 use quire_blob::BlobStore;
 use quire_blob::memory::MemoryStore;
 use quire_log::build::Mutation;
-use quire_log::commit::{Committer, CommitterConfig, Outcome, WriteRequest};
-use quire_log::{DocPath, ErrorKind, ManualClock, Result, StoreId, Timestamp, WorldState, tip};
-
-const PREFIX: &str = "w/";
-
-fn start(
-    store: Arc<dyn BlobStore>,
-    state: WorldState,
-    id: u8,
-    tweak: impl FnOnce(&mut CommitterConfig),
-) -> Committer {
-    let mut config = CommitterConfig {
-        prefix: PREFIX.into(),
-        store: StoreId([id; 16]),
-        seed: u64::from(id),
-        ..CommitterConfig::default()
-    };
-    tweak(&mut config);
-    Committer::start(
-        store,
-        state,
-        Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
-        config,
-    )
-}
-
-async fn submit(c: &Committer, m: Mutation) -> Result<Outcome> {
-    c.submit(WriteRequest::new(m)).await
-}
-
-fn cas(path: &str, expected: u64, body: &str) -> Mutation {
-    Mutation::Publish {
-        path: path.into(),
-        expected: Some(expected),
-        body: Bytes::copy_from_slice(body.as_bytes()),
-        metadata: Default::default(),
-    }
-}
+use quire_log::commit::{Committer, Outcome, WriteRequest};
+use quire_log::{DocPath, ErrorKind, Result, WorldState};
 
 fn append(path: &str, expected: u64, body: &str) -> Mutation {
     Mutation::Append {
@@ -65,13 +30,6 @@ fn append(path: &str, expected: u64, body: &str) -> Mutation {
 
 fn doc_version(state: &WorldState, path: &str) -> Option<u64> {
     state.doc(&DocPath::parse(path).unwrap()).map(|d| d.current)
-}
-
-/// Replays the whole log from genesis.
-async fn replayed(store: &dyn BlobStore) -> WorldState {
-    let mut state = WorldState::genesis(WORLD);
-    tip::catch_up(store, PREFIX, &mut state).await.unwrap();
-    state
 }
 
 #[tokio::test(start_paused = true)]

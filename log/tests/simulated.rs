@@ -6,56 +6,19 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use common::committers::*;
 use common::*;
 use quire_blob::memory::MemoryStore;
 use quire_blob::{BlobStore, Fault, FaultRule, Op, Simulated};
-use quire_log::build::Mutation;
-use quire_log::commit::{Committer, CommitterConfig, Outcome, WriteRequest};
-use quire_log::{DocPath, ErrorKind, ManualClock, Result, StoreId, Timestamp, WorldState, tip};
-
-const PREFIX: &str = "w/";
-
-fn start(store: Arc<dyn BlobStore>, state: WorldState, id: u8) -> Committer {
-    let config = CommitterConfig {
-        prefix: PREFIX.into(),
-        store: StoreId([id; 16]),
-        seed: u64::from(id),
-        ..CommitterConfig::default()
-    };
-    Committer::start(
-        store,
-        state,
-        Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
-        config,
-    )
-}
-
-async fn submit(c: &Committer, m: Mutation) -> Result<Outcome> {
-    c.submit(WriteRequest::new(m)).await
-}
-
-fn cas(path: &str, expected: u64, body: &str) -> Mutation {
-    Mutation::Publish {
-        path: path.into(),
-        expected: Some(expected),
-        body: Bytes::copy_from_slice(body.as_bytes()),
-        metadata: Default::default(),
-    }
-}
-
-async fn replayed(store: &dyn BlobStore) -> WorldState {
-    let mut state = WorldState::genesis(WORLD);
-    tip::catch_up(store, PREFIX, &mut state).await.unwrap();
-    state
-}
+use quire_log::commit::{Committer, CommitterConfig};
+use quire_log::{DocPath, ErrorKind, ManualClock, StoreId, Timestamp, WorldState};
 
 #[tokio::test(start_paused = true)]
 async fn a_create_whose_response_was_lost_is_a_win() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
     let sim = Simulated::real_gcs(memory.clone(), 1);
     sim.add_fault(FaultRule::new(Op::Create, "w/log/", Fault::AmbiguousAfterApply).first(3));
-    let c = start(Arc::new(sim.clone()), WorldState::genesis(WORLD), 1);
+    let c = start(Arc::new(sim.clone()), WorldState::genesis(WORLD), 1, |_| {});
     for i in 0..3 {
         let out = submit(&c, publish(&format!("/{i}.md"), "x")).await.unwrap();
         assert_eq!(out.sequence, Some(2 + i));
@@ -68,12 +31,12 @@ async fn a_create_whose_response_was_lost_is_a_win() {
 #[tokio::test(start_paused = true)]
 async fn a_held_create_loses_to_the_peer_and_conflicts() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let setup = start(memory.clone(), WorldState::genesis(WORLD), 9);
+    let setup = start(memory.clone(), WorldState::genesis(WORLD), 9, |_| {});
     submit(&setup, publish("/a.md", "v1")).await.unwrap();
     let slow = Simulated::real_gcs(memory.clone(), 2);
     let fast = Simulated::real_gcs(memory.clone(), 3);
-    let a = start(Arc::new(fast), setup.state(), 1);
-    let b = start(Arc::new(slow.clone()), setup.state(), 2);
+    let a = start(Arc::new(fast), setup.state(), 1, |_| {});
+    let b = start(Arc::new(slow.clone()), setup.state(), 2, |_| {});
     let hold = slow.hold(Op::Create, "w/log/");
     let b_write = tokio::spawn({
         let b = b.clone();
@@ -114,6 +77,7 @@ async fn faulty_stores_lose_nothing(stores: u8) {
             Arc::new(sim.clone()),
             WorldState::genesis(WORLD),
             s + 1,
+            |_| {},
         ));
         links.push(sim);
     }

@@ -1,6 +1,7 @@
 //! Code shared by the integration tests: building valid slots by hand.
 #![allow(dead_code)]
 
+pub mod committers;
 pub mod stores;
 
 use bytes::Bytes;

@@ -1,0 +1,58 @@
+//! Starting committers and driving them, for the committer's integration tests.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use quire_blob::BlobStore;
+use quire_log::build::Mutation;
+use quire_log::commit::{Committer, CommitterConfig, Outcome, WriteRequest};
+use quire_log::{ManualClock, Result, StoreId, Timestamp, WorldState, tip};
+
+use super::WORLD;
+
+/// The world's key prefix in these tests.
+pub const PREFIX: &str = "w/";
+
+/// A committer for store `id` on `state`, its config adjusted by `tweak`; the clock stands
+/// still at 2026-01-01.
+pub fn start(
+    store: Arc<dyn BlobStore>,
+    state: WorldState,
+    id: u8,
+    tweak: impl FnOnce(&mut CommitterConfig),
+) -> Committer {
+    let mut config = CommitterConfig {
+        prefix: PREFIX.into(),
+        store: StoreId([id; 16]),
+        seed: u64::from(id),
+        ..CommitterConfig::default()
+    };
+    tweak(&mut config);
+    Committer::start(
+        store,
+        state,
+        Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
+        config,
+    )
+}
+
+pub async fn submit(c: &Committer, m: Mutation) -> Result<Outcome> {
+    c.submit(WriteRequest::new(m)).await
+}
+
+/// A publish that expects `expected` to be the current version.
+pub fn cas(path: &str, expected: u64, body: &str) -> Mutation {
+    Mutation::Publish {
+        path: path.into(),
+        expected: Some(expected),
+        body: Bytes::copy_from_slice(body.as_bytes()),
+        metadata: Default::default(),
+    }
+}
+
+/// Replays the whole log from genesis.
+pub async fn replayed(store: &dyn BlobStore) -> WorldState {
+    let mut state = WorldState::genesis(WORLD);
+    tip::catch_up(store, PREFIX, &mut state).await.unwrap();
+    state
+}
