@@ -520,6 +520,11 @@ mod tests {
         Some(WatchBlock::parse(&bytes).unwrap())
     }
 
+    /// The next block, described relative to sequence `base`.
+    async fn next_described(watch: &mut Watch, base: u64) -> Option<String> {
+        next(watch).await.map(|b| describe(&b, base))
+    }
+
     /// Every block to the end of the stream, described relative to sequence `base`.
     async fn rest(watch: &mut Watch, base: u64) -> Vec<String> {
         let mut seen = Vec::new();
@@ -693,10 +698,7 @@ mod tests {
         let inside = format!("{}:{}", hub.epoch(), base + 2);
         let mut watch = open(&world, "/", &[("since", &inside)]).await.unwrap();
         assert_eq!(
-            next(&mut watch)
-                .await
-                .map(|b| describe(&b, base))
-                .as_deref(),
+            next_described(&mut watch, base).await.as_deref(),
             Some("ok @2")
         );
         let mut watch = open(&world, "/", &[("since", "another-epoch:3")])
@@ -720,7 +722,7 @@ mod tests {
         tokio::time::resume();
         let mut slow = open(&world, "/", &[]).await.unwrap();
         assert_eq!(
-            next(&mut slow).await.map(|b| describe(&b, base)).as_deref(),
+            next_described(&mut slow, base).await.as_deref(),
             Some("ok @4")
         );
         for n in 4..7 {
@@ -837,17 +839,11 @@ mod tests {
             .unwrap();
         let started = Instant::now();
         assert_eq!(
-            next(&mut watch)
-                .await
-                .map(|b| describe(&b, base))
-                .as_deref(),
+            next_described(&mut watch, base).await.as_deref(),
             Some("ok @0")
         );
         assert_eq!(
-            next(&mut watch)
-                .await
-                .map(|b| describe(&b, base))
-                .as_deref(),
+            next_described(&mut watch, base).await.as_deref(),
             Some("ok @0")
         );
         assert_eq!(
@@ -914,10 +910,7 @@ mod tests {
             .unwrap();
         write(&world, Verb::Publish, "/a.md", "x").await;
         assert_eq!(
-            next(&mut watch)
-                .await
-                .map(|b| describe(&b, base))
-                .as_deref(),
+            next_described(&mut watch, base).await.as_deref(),
             Some("ok @0")
         );
         context.draining.cancel();
@@ -959,26 +952,17 @@ mod tests {
 
         let mut watch = open(&follower, "/docs/", &[]).await.unwrap();
         assert_eq!(
-            next(&mut watch)
-                .await
-                .map(|b| describe(&b, base))
-                .as_deref(),
+            next_described(&mut watch, base).await.as_deref(),
             Some("ok @0")
         );
         write(&leader, Verb::Publish, "/docs/a.md", "from the leader").await;
         write(&leader, Verb::Append, "/docs/a.md", "more").await;
         assert_eq!(
-            next(&mut watch)
-                .await
-                .map(|b| describe(&b, base))
-                .as_deref(),
+            next_described(&mut watch, base).await.as_deref(),
             Some("publish /docs/a.md v1 @1")
         );
         assert_eq!(
-            next(&mut watch)
-                .await
-                .map(|b| describe(&b, base))
-                .as_deref(),
+            next_described(&mut watch, base).await.as_deref(),
             Some("append /docs/a.md v2 @2")
         );
 
@@ -988,17 +972,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            next(&mut resumed)
-                .await
-                .map(|b| describe(&b, base))
-                .as_deref(),
+            next_described(&mut resumed, base).await.as_deref(),
             Some("ok @1")
         );
         assert_eq!(
-            next(&mut resumed)
-                .await
-                .map(|b| describe(&b, base))
-                .as_deref(),
+            next_described(&mut resumed, base).await.as_deref(),
             Some("append /docs/a.md v2 @2")
         );
         leader.store.close().await;
