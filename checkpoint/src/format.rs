@@ -24,9 +24,9 @@ use quire_log::slot::MAX_VERSION_SIZE;
 use quire_log::{DocPath, DocState, Hash, Location, Timestamp, VersionRecord, WorldId};
 use serde::{Deserialize, Serialize};
 
-use crate::cbor;
 use crate::error::{Error, Op, Result};
 use crate::strict::{Read as ReadResult, Reader};
+use quire_log::cbor;
 
 /// The schema number of every checkpoint object.
 pub const SCHEMA: u32 = 1;

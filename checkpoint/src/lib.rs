@@ -22,7 +22,6 @@
 //!
 //! The byte layout, and why shards come in tiers, is in `docs/FORMAT.md`.
 
-mod cbor;
 pub mod compactor;
 pub mod digest;
 pub mod drop;

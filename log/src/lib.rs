@@ -47,7 +47,7 @@
 //!   deterministic.
 
 pub mod build;
-mod cbor;
+pub mod cbor;
 pub mod clock;
 pub mod commit;
 mod error;
