@@ -149,6 +149,40 @@ struct WriteArgs {
     meta: Vec<String>,
 }
 
+impl WriteArgs {
+    /// The `--meta` pairs, split at their first `=`.
+    fn metadata(&self) -> anyhow::Result<Vec<(&str, &str)>> {
+        self.meta
+            .iter()
+            .map(|pair| {
+                pair.split_once('=')
+                    .with_context(|| format!("--meta {pair:?} is not key=value"))
+            })
+            .collect()
+    }
+
+    /// The body: `--file`, or standard input.
+    fn body(&self) -> anyhow::Result<Vec<u8>> {
+        match &self.file {
+            Some(file) => std::fs::read(file).with_context(|| format!("read {}", file.display())),
+            None => {
+                let mut buffer = Vec::new();
+                std::io::stdin().read_to_end(&mut buffer)?;
+                Ok(buffer)
+            }
+        }
+    }
+}
+
+impl Target {
+    /// `--token`, or QUIRE_TOKEN.
+    fn token(&self) -> Option<String> {
+        self.token
+            .clone()
+            .or_else(|| std::env::var("QUIRE_TOKEN").ok())
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -415,10 +449,7 @@ async fn call(
         }
     }
     let mut request = client.request(method, url);
-    let token = target
-        .token
-        .clone()
-        .or_else(|| std::env::var("QUIRE_TOKEN").ok());
+    let token = target.token();
     if let Some(token) = &token {
         request = request.bearer_auth(token);
     }
@@ -427,22 +458,10 @@ async fn call(
         if let Some(version) = write.expected_version {
             request = request.header(http::EXPECTED_VERSION_HEADER, version.to_string());
         }
-        for pair in &write.meta {
-            let (key, value) = pair
-                .split_once('=')
-                .with_context(|| format!("--meta {pair:?} is not key=value"))?;
+        for (key, value) in write.metadata()? {
             request = request.header(format!("{}{key}", http::META_HEADER_PREFIX), value);
         }
-        body = Some(match &write.file {
-            Some(file) => {
-                std::fs::read(file).with_context(|| format!("read {}", file.display()))?
-            }
-            None => {
-                let mut buffer = Vec::new();
-                std::io::stdin().read_to_end(&mut buffer)?;
-                buffer
-            }
-        });
+        body = Some(write.body()?);
     }
     if let Some(body) = body {
         request = request.body(body);
@@ -465,10 +484,7 @@ async fn call(
 
 /// WATCH over either transport: every block is printed as the server sends it.
 async fn watch(target: &Target, since: Option<String>) -> anyhow::Result<ExitCode> {
-    let token = target
-        .token
-        .clone()
-        .or_else(|| std::env::var("QUIRE_TOKEN").ok());
+    let token = target.token();
     if target.url.starts_with(mark_client::SCHEME) {
         let url = MarkUrl::parse(&target.url)?;
         let mut request = MarkRequest::new(Verb::Watch, url.path.clone());
@@ -573,11 +589,7 @@ async fn call_mark(
             request.metadata.insert(key.clone(), value.clone());
         }
     }
-    if let Some(token) = target
-        .token
-        .clone()
-        .or_else(|| std::env::var("QUIRE_TOKEN").ok())
-    {
+    if let Some(token) = target.token() {
         request.metadata.insert("auth".into(), token);
     }
     let mut body = body;
@@ -587,22 +599,10 @@ async fn call_mark(
                 .metadata
                 .insert("expected-version".into(), version.to_string());
         }
-        for pair in &write.meta {
-            let (key, value) = pair
-                .split_once('=')
-                .with_context(|| format!("--meta {pair:?} is not key=value"))?;
+        for (key, value) in write.metadata()? {
             request.metadata.insert(key.to_owned(), value.to_owned());
         }
-        body = Some(match &write.file {
-            Some(file) => {
-                std::fs::read(file).with_context(|| format!("read {}", file.display()))?
-            }
-            None => {
-                let mut buffer = Vec::new();
-                std::io::stdin().read_to_end(&mut buffer)?;
-                buffer
-            }
-        });
+        body = Some(write.body()?);
     }
     if let Some(body) = body {
         request.body = body.into();
