@@ -14,7 +14,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use quire_blob::BlobStore;
 use quire_log::model::HistoryBlockRef;
-use quire_log::{DocState, Hash, Location, VersionRecord, keys as log_keys};
+use quire_log::{DocState, Hash, VersionRecord};
 use tokio::sync::Mutex;
 
 use crate::error::{Error, Op, Result};
@@ -208,41 +208,14 @@ pub async fn all_records(
     Ok(out)
 }
 
-/// The stored bytes of a version: a range get inside its slot, or its blob. Checked against
-/// the record's hash.
+/// The stored bytes of a version, checked against its record (the log's
+/// [`read_version`](quire_log::commit::read_version)).
 pub async fn read_version_bytes(
     store: &dyn BlobStore,
     prefix: &str,
     record: &VersionRecord,
 ) -> Result<Bytes> {
-    let (key, bytes) = match record.location {
-        Location::Inline { slot, offset } => {
-            let key = log_keys::slot_key(prefix, slot);
-            let end = offset + record.size;
-            let bytes = store
-                .get_range(&key, offset..end)
-                .await
-                .map_err(|e| Error::storage(Op::Read, e))?;
-            (key, bytes)
-        }
-        Location::Blob => {
-            let key = log_keys::blob_key(prefix, &record.hash);
-            let object = store
-                .get(&key)
-                .await
-                .map_err(|e| Error::storage(Op::Read, e))?;
-            (key, object.data)
-        }
-    };
-    if bytes.len() as u64 != record.size || Hash::of(&bytes) != record.hash {
-        return Err(Error::integrity(
-            Op::Read,
-            key,
-            format!(
-                "bytes of version {} do not match its record",
-                record.version
-            ),
-        ));
-    }
-    Ok(bytes)
+    quire_log::commit::read_version(store, prefix, record)
+        .await
+        .map_err(|e| Error::from_log(Op::Read, e))
 }

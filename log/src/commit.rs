@@ -1897,7 +1897,8 @@ async fn create_blob(
     ))
 }
 
-/// Reads a version's stored bytes and checks them against the record.
+/// Reads a version's stored bytes (a range get inside its slot, or its blob) and checks
+/// their size and hash against the record.
 pub async fn read_version(
     store: &dyn BlobStore,
     prefix: &str,
@@ -1921,11 +1922,14 @@ pub async fn read_version(
             (key, object.data)
         }
     };
-    if Hash::of(&bytes) != record.hash {
+    if bytes.len() as u64 != record.size || Hash::of(&bytes) != record.hash {
         return Err(Error::integrity(
             Op::Read,
             key,
-            "version bytes do not match their hash",
+            format!(
+                "bytes of version {} do not match its record",
+                record.version
+            ),
         ));
     }
     Ok(bytes)
