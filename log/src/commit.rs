@@ -41,6 +41,26 @@
 //!    instead of losing that name to them. Contending stores so take turns instead of one
 //!    starving the other (without hints, a slower store can starve).
 //!
+//! # Every answer at the tip
+//!
+//! A write is judged on a base, and its answer (a commit, or a no-op, conflict, not-found,
+//! archived, quota or policy refusal) must hold against every write acknowledged anywhere
+//! before it arrived. Requests are numbered as they arrive; the committer remembers the
+//! newest proof that a state was the log's tip after the first `n` of them arrived: a probe
+//! that found the next slot name absent (or a listing), or a slot create that won, each begun
+//! after them. Then:
+//!
+//! - When the pipeline is empty (the store was idle), the first request taken that no such
+//!   proof covers makes the committer probe the tip and catch up before building on it:
+//!   one read per idle-to-busy transition, so a store that was only behind judges the
+//!   request on the true tip. A blind publish there supersedes what was acknowledged
+//!   before it; two blind writers conflict only when their writes really overlapped.
+//! - A batch that writes a slot needs nothing more: winning the name proves its base.
+//! - A batch that writes nothing is answered only when a proof covers every member on its
+//!   base. Otherwise its members join the next batch that writes (its win proves them), or,
+//!   alone, it probes: absent, it is answered; present, the committer catches up and
+//!   rebuilds it there.
+//!
 //! The served state ([`Committer::state`]) advances only by installing states that are
 //! further along the log: this store's confirmed slots, slots that beat it, and refreshes.
 //!
@@ -52,7 +72,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -287,6 +307,8 @@ const ABANDONED: u8 = 2;
 
 struct Pending {
     id: OperationId,
+    /// The request's place in arrival order (see [`Settled`]).
+    arrival: u64,
     request: WriteRequest,
     reply: oneshot::Sender<Result<Outcome>>,
     ticket: Arc<AtomicU8>,
@@ -300,6 +322,23 @@ enum Msg {
     Close(oneshot::Sender<()>),
 }
 
+/// What this store last learned of the log's tip: `sequence` was the tip at a moment after
+/// the first `arrivals` requests had arrived (a probe that found the next name absent, a
+/// listing, or a winning create, each begun after them). A state at `sequence` is then a
+/// true base for judging any of those requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Settled {
+    sequence: u64,
+    arrivals: u64,
+}
+
+impl Settled {
+    /// Whether a request that arrived `arrival`-th may be judged on a state at `sequence`.
+    fn covers(self, sequence: u64, arrival: u64) -> bool {
+        self.sequence == sequence && arrival < self.arrivals
+    }
+}
+
 struct Shared {
     config: CommitterConfig,
     store: Arc<dyn BlobStore>,
@@ -311,9 +350,27 @@ struct Shared {
     peer_seen: Mutex<Option<Instant>>,
     rng: Mutex<SmallRng>,
     latencies: Arc<Mutex<Latencies>>,
+    /// Requests submitted so far: each takes the next number as its arrival.
+    arrivals: AtomicU64,
+    settled: Mutex<Settled>,
 }
 
 impl Shared {
+    /// The number the next request will take: every request numbered below it has arrived.
+    fn arrivals_now(&self) -> u64 {
+        self.arrivals.load(Ordering::SeqCst)
+    }
+
+    /// Records that `sequence` was the tip after the first `arrivals` requests arrived.
+    fn settle(&self, sequence: u64, arrivals: u64) {
+        let mut settled = self.settled.lock().expect("settled lock poisoned");
+        *settled = (*settled).max(Settled { sequence, arrivals });
+    }
+
+    fn settled(&self) -> Settled {
+        *self.settled.lock().expect("settled lock poisoned")
+    }
+
     /// Installs `state` if it is ahead of the served one.
     fn install(&self, state: &WorldState) {
         self.served.send_if_modified(|current| {
@@ -401,6 +458,8 @@ impl Committer {
             stats: Mutex::default(),
             peer_seen: Mutex::default(),
             latencies: Arc::default(),
+            arrivals: AtomicU64::new(0),
+            settled: Mutex::default(),
         });
         if let Some(hook) = shared.config.on_committed.clone() {
             let mut changes = shared.committed.subscribe();
@@ -422,6 +481,9 @@ impl Committer {
             tail: shared.served.borrow().clone(),
             creating: None,
             staging: JoinSet::new(),
+            staging_ids: HashMap::new(),
+            create_arrivals: 0,
+            probe_front: false,
             staged: HashSet::new(),
             staging_now: HashSet::new(),
             stage_failed: HashMap::new(),
@@ -454,8 +516,10 @@ impl Committer {
         let ticket = Arc::new(AtomicU8::new(QUEUED));
         let (reply, answer) = oneshot::channel();
         let id = OperationId::random(&mut *self.next_id.lock().expect("id lock poisoned"));
+        let arrival = self.shared.arrivals.fetch_add(1, Ordering::SeqCst);
         let pending = Pending {
             id,
+            arrival,
             request,
             reply,
             ticket: ticket.clone(),
@@ -527,6 +591,7 @@ impl Committer {
 
     /// Brings the served state to the log's tip (probe, then replay) and returns it.
     pub async fn refresh(&self) -> Result<WorldState> {
+        let arrivals = self.shared.arrivals_now();
         let mut state = self.state();
         let own = self.shared.config.store;
         let mut peer = false;
@@ -542,6 +607,9 @@ impl Committer {
             self.shared.note_peer();
         }
         self.shared.install(&state);
+        if result.is_ok() {
+            self.shared.settle(state.sequence(), arrivals);
+        }
         result.map(|_| self.state())
     }
 
@@ -713,7 +781,7 @@ impl Batch {
 enum Event {
     Message(Option<Msg>),
     Created(CreateOutcome),
-    Staged(std::result::Result<(Hash, Result<()>), tokio::task::JoinError>),
+    Staged(std::result::Result<(tokio::task::Id, (Hash, Result<()>)), tokio::task::JoinError>),
     Timer,
 }
 
@@ -733,6 +801,14 @@ struct Actor {
     tail: WorldState,
     creating: Option<JoinHandle<CreateOutcome>>,
     staging: JoinSet<(Hash, Result<()>)>,
+    /// The blob each staging task creates, so a task that panicked fails its blob.
+    staging_ids: HashMap<tokio::task::Id, Hash>,
+    /// Requests that had arrived when the slot being created was sealed: its win settles
+    /// its result for them.
+    create_arrivals: u64,
+    /// The front writes nothing and no probe since its members arrived confirmed its base:
+    /// probe the tip before answering it.
+    probe_front: bool,
     staged: HashSet<Hash>,
     staging_now: HashSet<Hash>,
     stage_failed: HashMap<Hash, Error>,
@@ -787,6 +863,10 @@ impl Actor {
                 }
             }
             self.advance_front();
+            while std::mem::take(&mut self.probe_front) && self.closing.is_none() {
+                self.probe_front_batch().await;
+                self.advance_front();
+            }
             if self.closing.is_some() && self.creating.is_none() {
                 for batch in std::mem::take(&mut self.batches) {
                     for member in batch.members {
@@ -962,7 +1042,7 @@ impl Actor {
                     Op::Commit, "", ErrorKind::Storage, format!("slot create task failed: {e}"),
                 ))))
             }
-            Some(done) = self.staging.join_next(), if !self.staging.is_empty() => Event::Staged(done),
+            Some(done) = self.staging.join_next_with_id(), if !self.staging.is_empty() => Event::Staged(done),
             () = sleep_until_opt(hold_until), if hold_until.is_some() => Event::Timer,
             () = sleep_until_opt(next_deadline), if next_deadline.is_some() => Event::Timer,
             // More to shed: take another turn once nothing else is ready.
@@ -978,7 +1058,8 @@ impl Actor {
                 self.closing.get_or_insert_with(Vec::new);
             }
             Event::Created(outcome) => self.on_created(outcome).await,
-            Event::Staged(Ok((hash, result))) => {
+            Event::Staged(Ok((id, (hash, result)))) => {
+                self.staging_ids.remove(&id);
                 self.staging_now.remove(&hash);
                 match result {
                     Ok(()) => {
@@ -989,7 +1070,23 @@ impl Actor {
                     }
                 }
             }
-            Event::Staged(Err(e)) => tracing::error!("blob staging task failed: {e}"),
+            Event::Staged(Err(e)) => {
+                // A staging task that panicked fails its blob: the batches waiting on it are
+                // answered instead of waiting for it forever.
+                tracing::error!("blob staging task failed: {e}");
+                if let Some(hash) = self.staging_ids.remove(&e.id()) {
+                    self.staging_now.remove(&hash);
+                    self.stage_failed.insert(
+                        hash,
+                        Error::new(
+                            Op::Stage,
+                            keys::blob_key(&self.shared.config.prefix, &hash),
+                            ErrorKind::Storage,
+                            format!("blob staging task failed: {e}"),
+                        ),
+                    );
+                }
+            }
             Event::Timer => {}
         }
     }
@@ -1052,6 +1149,18 @@ impl Actor {
                         if served.sequence() > self.tail.sequence() {
                             self.tail = served;
                         }
+                        // The store was idle: the log may have moved since it last looked.
+                        // One probe puts the tail at the tip for this request (and every
+                        // one queued before it), so a replica that was only behind judges
+                        // it on every write acknowledged before it arrived.
+                        if !self
+                            .shared
+                            .settled()
+                            .covers(self.tail.sequence(), pending.arrival)
+                        {
+                            // A failed probe was logged; the create or a later probe settles.
+                            let _ = self.confirm_tip().await;
+                        }
                         self.tail.clone()
                     }
                 };
@@ -1064,6 +1173,76 @@ impl Actor {
                 self.limit = (self.limit * 2).min(self.batch_ceiling());
             }
             self.batches.push_back(batch);
+        }
+    }
+
+    /// Probes the tip from the tail and catches up to it, settling the result for every
+    /// request that arrived before the probe began; returns the slots it applied and what
+    /// they touched. A failed probe keeps what it applied and settles nothing.
+    async fn confirm_tip(&mut self) -> (usize, Touched, Result<()>) {
+        let arrivals = self.shared.arrivals_now();
+        let mut next = self.tail.clone();
+        let mut touched = Touched::default();
+        let policy = self.shared.config.policy_path.clone();
+        let own = self.shared.config.store;
+        let mut peer = false;
+        let store = self.shared.store.clone();
+        let read = tip::catch_up_observed(
+            store.as_ref(),
+            &self.shared.config.prefix,
+            &mut next,
+            |slot| {
+                touched.add(slot, policy.as_ref());
+                peer |= slot.slot.store != own;
+            },
+        )
+        .await;
+        if peer {
+            self.shared.note_peer();
+        }
+        let applied = (next.sequence() - self.tail.sequence()) as usize;
+        if applied > 0 {
+            self.tail = next;
+            self.shared.install(&self.tail);
+        }
+        match read {
+            Ok(_) => {
+                self.shared.settle(self.tail.sequence(), arrivals);
+                (applied, touched, Ok(()))
+            }
+            Err(e) => {
+                tracing::warn!("probing the log's tip failed: {e}");
+                (applied, touched, Err(e))
+            }
+        }
+    }
+
+    /// Confirms the base of a front that writes nothing (see [`Actor::advance_front`]):
+    /// when the tip moved, the front is rebuilt on it; when the probe fails, its members are
+    /// answered with that failure (nothing was written).
+    async fn probe_front_batch(&mut self) {
+        let (applied, touched, read) = self.confirm_tip().await;
+        if read.is_err() || applied > 0 {
+            let Some(front) = self.batches.pop_front() else {
+                return;
+            };
+            self.requeue_later_batches();
+            if let Err(e) = read {
+                for member in front.members {
+                    let mutation = &member.pending.request.mutation;
+                    let err = Error::new(
+                        mutation.op(),
+                        mutation.raw_path(),
+                        e.kind(),
+                        format!("could not confirm the log's tip: {e}"),
+                    );
+                    let _ = member.pending.reply.send(Err(err));
+                }
+                return;
+            }
+            let base = self.tail.clone();
+            let rebuilt = self.rebuild(base, front.members, front.cap, touched).await;
+            self.batches.push_front(rebuilt);
         }
     }
 
@@ -1105,8 +1284,12 @@ impl Actor {
         let mut batch = Batch::open(base, cap);
         let mut kept = 0u64;
         let mut rebuilt = 0u64;
+        let quota = self.shared.config.max_documents != 0;
         for member in members {
-            if !touched.reaches(&member) {
+            // A kept create of a new path was counted against the quota on the old base; the
+            // winner may have filled the world since, so it is judged again.
+            let recount = quota && creates_document(&member.result);
+            if !recount && !touched.reaches(&member) {
                 let applies = match &member.result {
                     Result1::Write { change, .. } => batch
                         .working
@@ -1315,8 +1498,10 @@ impl Actor {
         let bytes = bytes.clone();
         let hash = *hash;
         let retry = self.retry_policy();
-        self.staging
+        let task = self
+            .staging
             .spawn(async move { (hash, create_blob(store, key, bytes, retry).await) });
+        self.staging_ids.insert(task.id(), hash);
     }
 
     fn retry_policy(&self) -> RetryPolicy {
@@ -1361,6 +1546,30 @@ impl Actor {
                     || self.handoff_until.is_some_and(|until| now < until)
                 {
                     return;
+                }
+                if writes_nothing(front) {
+                    let settled = self.shared.settled();
+                    let sequence = self.tail.sequence();
+                    let confirmed = front
+                        .members
+                        .iter()
+                        .all(|m| settled.covers(sequence, m.pending.arrival));
+                    if !confirmed {
+                        // Its answers are judged on the tail, which no probe, listing or
+                        // win since these requests arrived showed to be the tip. A batch
+                        // behind that writes settles it with its slot: the answers join it.
+                        // Alone, the front waits for a probe.
+                        if self.batches.len() > 1 {
+                            let front = self.batches.pop_front().expect("front exists");
+                            let next = self.batches.front_mut().expect("a batch behind");
+                            let mut members = front.members;
+                            members.append(&mut next.members);
+                            next.members = members;
+                            continue;
+                        }
+                        self.probe_front = true;
+                        return;
+                    }
                 }
                 self.yield_until = None;
                 self.handoff_until = None;
@@ -1422,6 +1631,7 @@ impl Actor {
                 None
             };
             let latencies = self.shared.latencies.clone();
+            self.create_arrivals = self.shared.arrivals_now();
             self.creating = Some(tokio::spawn(create_slot(
                 store,
                 SlotCreate {
@@ -1447,6 +1657,9 @@ impl Actor {
         match outcome {
             CreateOutcome::Won => {
                 self.tail = sealed.result.clone();
+                // The name was absent when the create landed, after it was sent.
+                self.shared
+                    .settle(self.tail.sequence(), self.create_arrivals);
                 self.shared.install(&self.tail);
                 self.shared.report(self.tail.sequence());
                 self.shared.stats().slots_won += 1;
@@ -1567,6 +1780,7 @@ impl Actor {
     /// is this store's turn after it.
     async fn read_ahead(&mut self) {
         self.read_ahead = false;
+        let arrivals = self.shared.arrivals_now();
         let mut next = self.tail.clone();
         let mut touched = Touched::default();
         let policy = self.shared.config.policy_path.clone();
@@ -1583,8 +1797,9 @@ impl Actor {
             },
         )
         .await;
-        if let Err(e) = read {
-            tracing::warn!("reading ahead after a peer hint stopped early: {e}");
+        match read {
+            Ok(_) => self.shared.settle(next.sequence(), arrivals),
+            Err(e) => tracing::warn!("reading ahead after a peer hint stopped early: {e}"),
         }
         if next.sequence() == self.tail.sequence() {
             return;
@@ -1628,6 +1843,20 @@ fn blob_of(result: &Result1) -> Option<(Hash, Bytes)> {
         }
         Result1::Answer(_) => None,
     }
+}
+
+/// Whether a member's write creates a document (and so counts against the quota).
+fn creates_document(result: &Result1) -> bool {
+    matches!(result, Result1::Write { change, .. }
+        if change.entry.write.as_ref().is_some_and(|w| w.previous.is_none()))
+}
+
+/// Whether no member of `batch` writes: its slot would be empty.
+fn writes_nothing(batch: &Batch) -> bool {
+    batch
+        .members
+        .iter()
+        .all(|m| matches!(m.result, Result1::Answer(_)))
 }
 
 /// The paths a winning slot touched, for deciding which members to rebuild.
@@ -1827,7 +2056,9 @@ async fn decide_create(store: Arc<dyn BlobStore>, create: &SlotCreate) -> Create
         }
         match created {
             Ok(_) => return CreateOutcome::Won,
-            Err(e) if e.is_precondition() || e.kind().is_retryable() => {
+            // Every failure is read back: even one that looks definite may have come after
+            // the create landed (an answer that could not be read, say).
+            Err(e) => {
                 let started = Instant::now();
                 let read = store.get(key).await;
                 if read.is_ok() {
@@ -1841,12 +2072,19 @@ async fn decide_create(store: Arc<dyn BlobStore>, create: &SlotCreate) -> Create
                             Err(err) => CreateOutcome::Failed(err),
                         };
                     }
+                    // Absent after a definite refusal: it did not land, and trying again
+                    // would be refused the same way.
+                    Err(read)
+                        if read.is_not_found()
+                            && !(e.is_precondition() || e.kind().is_retryable()) =>
+                    {
+                        return CreateOutcome::Failed(Error::storage(Op::Commit, e));
+                    }
                     // Absent: the create did not land; retry the identical create. Any other
                     // failure leaves the outcome open: retry, and read back again.
                     Err(read) => last_error = Some(if read.is_not_found() { e } else { read }),
                 }
             }
-            Err(e) => return CreateOutcome::Failed(Error::storage(Op::Commit, e)),
         }
     }
     let err = last_error.map_or_else(
@@ -1871,7 +2109,9 @@ async fn decide_create(store: Arc<dyn BlobStore>, create: &SlotCreate) -> Create
     ))
 }
 
-/// Creates a content-addressed blob; an existing object under its hash is the same content.
+/// Creates a content-addressed blob. A create that did not plainly succeed is settled by
+/// reading the key back: the blob is staged only when the object there holds exactly these
+/// bytes (a refusal such as an invalid-request answer never counts as "already stored").
 async fn create_blob(
     store: Arc<dyn BlobStore>,
     key: String,
@@ -1884,11 +2124,28 @@ async fn create_blob(
         if attempt > 0 {
             tokio::time::sleep(retry.pause(attempt - 1, &mut rng)).await;
         }
-        match store.create(&key, bytes.clone()).await {
+        let refused = match store.create(&key, bytes.clone()).await {
             Ok(_) => return Ok(()),
-            Err(e) if e.is_precondition() => return Ok(()),
-            Err(e) if e.kind().is_retryable() => last = Some(e),
-            Err(e) => return Err(Error::storage(Op::Stage, e)),
+            Err(e) => e,
+        };
+        match store.get(&key).await {
+            Ok(found) if found.data == bytes => return Ok(()),
+            Ok(_) => {
+                return Err(Error::integrity(
+                    Op::Stage,
+                    key,
+                    "the object under this blob's hash holds other bytes",
+                ));
+            }
+            // Absent: the create did not land. A precondition answer for a key that is
+            // not there, or a retryable failure, is tried again; other refusals are final.
+            Err(read) if read.is_not_found() => {
+                if !(refused.is_precondition() || refused.kind().is_retryable()) {
+                    return Err(Error::storage(Op::Stage, refused));
+                }
+                last = Some(refused);
+            }
+            Err(read) => last = Some(read),
         }
     }
     Err(last.map_or_else(

@@ -22,8 +22,8 @@ pub struct TestStore {
     inner: Arc<dyn BlobStore>,
     /// Latency per call, drawn uniformly from this range (milliseconds), seeded.
     latency: Option<(Range<u64>, Mutex<SmallRng>)>,
-    /// Creates under this key fragment land and then report ambiguous, this many times.
-    ambiguous_after: Mutex<Option<(String, usize)>>,
+    /// Creates under this key fragment land and then report this kind, this many times.
+    ambiguous_after: Mutex<Option<(String, usize, ErrorKind)>>,
     /// Creates of keys containing this fragment wait until released.
     hold: Mutex<Option<(String, Arc<Notify>)>>,
     /// Creates under this key fragment fail with this kind before reaching the store.
@@ -54,7 +54,13 @@ impl TestStore {
 
     /// The next `times` creates of keys containing `fragment` land, then report ambiguous.
     pub fn ambiguous_after_apply(&self, fragment: &str, times: usize) {
-        *self.ambiguous_after.lock().unwrap() = Some((fragment.into(), times));
+        self.fail_after_apply(fragment, ErrorKind::Ambiguous, times);
+    }
+
+    /// The next `times` creates of keys containing `fragment` land, then report `kind` (as a
+    /// driver does when a success answer's body cannot be read).
+    pub fn fail_after_apply(&self, fragment: &str, kind: ErrorKind, times: usize) {
+        *self.ambiguous_after.lock().unwrap() = Some((fragment.into(), times, kind));
     }
 
     /// The next `times` creates of keys containing `fragment` fail with `kind` unapplied.
@@ -120,25 +126,20 @@ impl BlobStore for TestStore {
             return Err(Error::new(Op::Create, key, kind, "injected"));
         }
         let result = self.inner.create(key, data).await;
-        let ambiguous = {
+        let after = {
             let mut slot = self.ambiguous_after.lock().unwrap();
             match slot.as_mut() {
-                Some((fragment, times))
+                Some((fragment, times, kind))
                     if *times > 0 && key.contains(fragment.as_str()) && result.is_ok() =>
                 {
                     *times -= 1;
-                    true
+                    Some(*kind)
                 }
-                _ => false,
+                _ => None,
             }
         };
-        if ambiguous {
-            return Err(Error::new(
-                Op::Create,
-                key,
-                ErrorKind::Ambiguous,
-                "response lost",
-            ));
+        if let Some(kind) = after {
+            return Err(Error::new(Op::Create, key, kind, "response lost"));
         }
         result
     }
