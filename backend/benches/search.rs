@@ -112,11 +112,10 @@ impl Vocabulary {
 fn document(vocab: &Vocabulary, rng: &mut StdRng) -> (String, String) {
     let target = rng.random_range(500..4000);
     let mut body = format!("# {}\n\n", vocab.sentence(rng, 3));
-    let mut level = 2;
     while body.len() < target {
         match rng.random_range(0..10) {
             0 | 1 => {
-                level = rng.random_range(2..=3);
+                let level = rng.random_range(2..=3);
                 body.push_str(&format!(
                     "\n{} {}\n\n",
                     "#".repeat(level),
@@ -146,7 +145,6 @@ fn document(vocab: &Vocabulary, rng: &mut StdRng) -> (String, String) {
             }
         }
     }
-    let _ = level;
     let tags = format!("{},{}", vocab.draw(rng), vocab.draw(rng));
     (body, tags)
 }

@@ -272,6 +272,35 @@ fn index_doc(key: EntryKey, body: &str) -> Doc {
     }
 }
 
+/// The documents one term may be met in.
+enum Candidates<'a> {
+    Posting(&'a OrdSet<DocPath>),
+    Set(HashSet<&'a DocPath>),
+}
+
+impl<'a> Candidates<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Candidates::Posting(set) => set.len(),
+            Candidates::Set(set) => set.len(),
+        }
+    }
+
+    fn contains(&self, path: &DocPath) -> bool {
+        match self {
+            Candidates::Posting(set) => set.contains(path),
+            Candidates::Set(set) => set.contains(path),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &'a DocPath> + '_> {
+        match self {
+            Candidates::Posting(set) => Box::new(set.iter()),
+            Candidates::Set(set) => Box::new(set.iter().copied()),
+        }
+    }
+}
+
 /// One scored row before it is turned into a match.
 struct Row<'a> {
     score: f64,
@@ -359,20 +388,18 @@ impl SectionIndex {
 
     /// The documents that may meet `term`, and the df its idf uses; `None` for a term no
     /// document can meet.
-    fn candidates(&self, term: &Term) -> Option<(Vec<&DocPath>, u64)> {
+    fn candidates(&self, term: &Term) -> Option<(Candidates<'_>, u64)> {
         match term {
             Term::Word(w) => {
                 let p = self.postings.get(w.as_str())?;
-                Some((p.docs.iter().collect(), p.sections))
+                Some((Candidates::Posting(&p.docs), p.sections))
             }
             Term::Prefix(stem) => {
                 let found = self.expand(stem);
                 let df = found.iter().map(|(_, p)| p.sections).max()?;
-                let mut docs: Vec<&DocPath> =
+                let docs: HashSet<&DocPath> =
                     found.iter().flat_map(|(_, p)| p.docs.iter()).collect();
-                docs.sort();
-                docs.dedup();
-                Some((docs, df))
+                Some((Candidates::Set(docs), df))
             }
             Term::Phrase(words) => {
                 let indexed: Vec<&Posting> = words
@@ -386,7 +413,10 @@ impl SectionIndex {
                     .iter()
                     .filter(|d| indexed.iter().all(|p| p.docs.contains(*d)))
                     .collect();
-                Some((docs, indexed.iter().map(|p| p.sections).min()?))
+                Some((
+                    Candidates::Set(docs),
+                    indexed.iter().map(|p| p.sections).min()?,
+                ))
             }
         }
     }
@@ -407,7 +437,7 @@ impl SectionIndex {
         if terms.is_empty() {
             return Vec::new();
         }
-        let mut per_term: Vec<(Vec<&DocPath>, f64)> = Vec::with_capacity(terms.len());
+        let mut per_term: Vec<(Candidates<'_>, f64)> = Vec::with_capacity(terms.len());
         for term in &terms {
             let Some((docs, df)) = self.candidates(term) else {
                 return Vec::new();
@@ -415,17 +445,19 @@ impl SectionIndex {
             per_term.push((docs, self.idf(df)));
         }
         let idf: Vec<f64> = per_term.iter().map(|(_, i)| *i).collect();
+        // Walk the rarest term's documents; the others are only asked about them.
         let smallest = per_term
             .iter()
             .enumerate()
             .min_by_key(|(_, (d, _))| d.len())
             .map(|(i, _)| i)
             .unwrap_or(0);
-        let others: Vec<HashSet<&DocPath>> = per_term
+        let walk: Vec<&DocPath> = per_term[smallest].0.iter().collect();
+        let others: Vec<&Candidates<'_>> = per_term
             .iter()
             .enumerate()
             .filter(|(i, _)| *i != smallest)
-            .map(|(_, (d, _))| d.iter().copied().collect())
+            .map(|(_, (d, _))| d)
             .collect();
         let average = if self.sections == 0 {
             1.0
@@ -433,7 +465,7 @@ impl SectionIndex {
             (self.total_len as f64 / self.sections as f64).max(1.0)
         };
         let mut rows: Vec<(Row<'_>, CatalogMatch)> = Vec::new();
-        for path in &per_term[smallest].0 {
+        for path in &walk {
             if !others.iter().all(|set| set.contains(path)) {
                 continue;
             }
