@@ -63,6 +63,7 @@ use crate::contract::{ChangeSource, Follower, Precondition, ReadView, SEARCH_FRE
 use crate::ctx::Ctx;
 use crate::elapsed::{Elapsed, TokioElapsed};
 use crate::error::{Error, ErrorKind, Op, Result};
+use crate::search::{BodySearch, SearchOptions};
 use crate::snapshot::{Freshness, LogPrecondition, Snapshot, SnapshotSource, SnapshotView};
 use crate::types::{
     ArchiveRequest, ArchiveResult, CommitCounters, Document, Prune, StoreStats, WriteRequest,
@@ -102,6 +103,8 @@ pub struct BucketOptions {
     /// store won that touched it makes every queued member with a precondition rebuild, so
     /// a rebased write is judged by the policy as it now stands.
     pub policy_path: Option<DocPath>,
+    /// Body search: how long it waits for an index version, when an idle index goes.
+    pub search: SearchOptions,
 }
 
 impl Default for BucketOptions {
@@ -119,6 +122,7 @@ impl Default for BucketOptions {
             change_ring: 0,
             elapsed: Arc::new(TokioElapsed::default()),
             policy_path: None,
+            search: SearchOptions::default(),
         }
     }
 }
@@ -134,6 +138,7 @@ impl fmt::Debug for BucketOptions {
             .field("compact_every", &self.compact_every)
             .field("change_ring", &self.change_ring)
             .field("policy_path", &self.policy_path)
+            .field("search", &self.search)
             .finish_non_exhaustive()
     }
 }
@@ -155,6 +160,8 @@ struct Shared {
     committer: Option<Committer>,
     served: Mutex<Served>,
     elapsed: Arc<dyn Elapsed>,
+    /// Offered every snapshot served.
+    search: BodySearch,
 }
 
 impl fmt::Debug for Shared {
@@ -196,6 +203,7 @@ impl Shared {
         if state.sequence() > served.snapshot.state.sequence() {
             let changed = served.snapshot.state.changed_paths(&state);
             served.snapshot = Arc::new(served.snapshot.advance(state, &changed));
+            self.search.offer(&served.snapshot);
         }
         served.snapshot.clone()
     }
@@ -283,6 +291,10 @@ impl SnapshotSource for BucketSource {
         })
     }
 
+    fn body_search(&self) -> Option<&BodySearch> {
+        Some(&self.0.search)
+    }
+
     async fn records(&self, _ctx: &Ctx, doc: &DocState) -> Result<Vec<VersionRecord>> {
         let shared = &self.0;
         quire_checkpoint::history::all_records(shared.blobs.as_ref(), &shared.prefix, doc)
@@ -364,6 +376,7 @@ impl Drop for Inner {
             compaction.stop.cancel();
         }
         self.feed.cancel();
+        self.shared.search.close();
     }
 }
 
@@ -450,6 +463,7 @@ impl BucketStore {
                 confirmed: Some(options.elapsed.now()),
             }),
             elapsed: options.elapsed.clone(),
+            search: BodySearch::new(options.search.clone()),
         });
         let compaction = match (&options.compaction, options.read_only) {
             (Some(policy), false) => Some(start_compactor(
@@ -514,6 +528,11 @@ impl BucketStore {
             )
         })?;
         self.inner.source.record(ctx, &doc, version).await
+    }
+
+    /// The world's body search (its status, for tests and metrics).
+    pub fn body_search(&self) -> &BodySearch {
+        &self.inner.shared.search
     }
 
     /// Each step the background compactor finished (`None` before the first); `None` when
@@ -795,6 +814,7 @@ impl Store for BucketStore {
             committer.close().await;
         }
         inner.feed.cancel();
+        inner.shared.search.close();
         if let Some(hub) = &inner.hub {
             hub.close();
         }

@@ -108,9 +108,12 @@ pub trait Reader: Send + Sync {
     /// `chain broken at version N` or `version N: missing previous-hash`. Exact.
     async fn verify_chain(&self, ctx: &Ctx, path: &str) -> Result<()>;
 
-    /// LOOKUP: catalog matches under the query's scope (see `quire_index::catalog` for the
-    /// rules). Body mode answers [`ErrorKind::BodyMatchUnavailable`](crate::ErrorKind::BodyMatchUnavailable)
-    /// while the snapshot has no section index. Catalog class.
+    /// LOOKUP: matches under the query's scope. Catalog mode follows `quire_index::catalog`;
+    /// body mode (`quire_index::body`) answers section rows, each carrying its
+    /// [`SectionHit`](crate::SectionHit), from a section index of exactly the pinned snapshot,
+    /// or [`ErrorKind::BodyMatchUnavailable`](crate::ErrorKind::BodyMatchUnavailable) when no
+    /// such index is ready within [`SEARCH_FRESHNESS`] (the caller then answers from the
+    /// catalog and says so). Catalog class.
     async fn lookup(&self, ctx: &Ctx, query: &CatalogQuery) -> Result<Vec<CatalogMatch>>;
 }
 

@@ -13,6 +13,7 @@
 //! | [`types`] | documents, versions, listing options, write and archive requests |
 //! | [`changes`] | the change hub WATCH reads |
 //! | [`snapshot`] | reads of a pinned snapshot of the log's world model, shared by backends |
+//! | [`search`] | body search over snapshots: the section index versions, built lazily, evicted |
 //! | [`bucket`] | the bucket store: blob + log + checkpoints + catalog over any blob store |
 //! | [`file`](mod@file) | the file store: a directory of markdown files with `versions/` beside them |
 //!
@@ -31,6 +32,7 @@ mod ctx;
 pub mod elapsed;
 mod error;
 pub mod file;
+pub mod search;
 pub mod snapshot;
 pub mod types;
 
@@ -40,10 +42,11 @@ pub use contract::{
 };
 pub use ctx::Ctx;
 pub use error::{Error, ErrorKind, Op, Result};
-pub use quire_index::{CatalogMatch, CatalogQuery, Filter, MatchMode};
+pub use quire_index::{CatalogMatch, CatalogQuery, Filter, MatchMode, SectionHit};
 pub use quire_log::build::PreparedWrite;
 pub use quire_log::metadata::Metadata;
 pub use quire_log::{DocPath, DocSummary, Hash, Timestamp};
+pub use search::{BodySearch, SearchOptions, SearchStatus};
 pub use types::{
     ArchiveRequest, ArchiveResult, CommitCounters, DirEntry, Document, ListOptions, Prune,
     StoreStats, VersionInfo, WriteRequest,

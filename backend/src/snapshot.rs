@@ -21,6 +21,7 @@ use tokio::sync::OnceCell;
 use crate::contract::{ReadView, Reader};
 use crate::ctx::Ctx;
 use crate::error::{Error, ErrorKind, Op, Result};
+use crate::search::BodySearch;
 use crate::types::{DirEntry, Document, ListOptions, VersionInfo};
 
 /// A world state with its catalog: what one view reads.
@@ -126,6 +127,12 @@ pub trait SnapshotSource: Send + Sync + fmt::Debug {
             ));
         }
         Ok(records)
+    }
+
+    /// The world's body search, when the backend has one (body lookups are unavailable
+    /// without it).
+    fn body_search(&self) -> Option<&BodySearch> {
+        None
     }
 
     /// The record of one retained version of `doc`.
@@ -397,12 +404,15 @@ impl Reader for SnapshotView {
         let op = Op::Lookup;
         let snapshot = self.snapshot(ctx, op, &query.scope).await?;
         if query.mode == MatchMode::Body {
-            return Err(Error::new(
-                op,
-                &query.scope,
-                ErrorKind::BodyMatchUnavailable,
-                "no section index for this snapshot",
-            ));
+            let Some(search) = self.source.body_search() else {
+                return Err(Error::new(
+                    op,
+                    &query.scope,
+                    ErrorKind::BodyMatchUnavailable,
+                    "this backend has no section index",
+                ));
+            };
+            return search.lookup(ctx, &self.source, &snapshot, query).await;
         }
         Ok(snapshot.catalog().lookup(query))
     }

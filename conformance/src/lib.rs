@@ -9,6 +9,7 @@
 //! | blob | [`run_blob_suite`] | the `BlobStore` contract, per driver |
 //! | document store | [`run_store_suite`] | [`store_case_names`]: writes, reads, conflicts, no-ops, archive, append, listings, retention, topology, limits, metadata rules, cancellation, preconditions, closed views and stores, chain tampering |
 //! | catalog | [`run_catalog_suite`] | [`catalog_case_names`]: LOOKUP in catalog mode |
+//! | body | [`run_body_suite`] | [`body_case_names`]: LOOKUP in body mode (sections, ranking, scope, filters, updates, the fallback rule) |
 //! | replica | [`run_replica_suite`] | [`replica_case_names`]: freshness across replicas, no lost writes |
 //! | differential | [`run_differential`] | one case per seed: random operations against a reference, answers and [`observe`]d snapshots compared |
 //!
@@ -37,6 +38,7 @@
 //! let factory = MyFactory::new(..);
 //! run_store_suite(&factory).await.assert_passed();
 //! run_catalog_suite(&factory).await.assert_passed();
+//! run_body_suite(&factory).await.assert_passed();
 //! run_replica_suite(&factory, ReplicaLoad::default()).await.assert_passed();
 //! run_differential(&ModelFactory, &factory, &DifferentialPlan::default()).await.assert_passed();
 //! ```
@@ -47,6 +49,7 @@
 //! each suite run on the shipped backends.
 
 mod blob;
+mod body;
 mod bucket_factory;
 mod catalog;
 mod differential;
@@ -57,6 +60,7 @@ mod replica;
 mod store;
 
 pub use blob::{Capabilities, Outcome, SuiteReport, blob_case_names, run_blob_suite};
+pub use body::{body_case_names, run_body_suite};
 pub use bucket_factory::BucketFactory;
 pub use catalog::{catalog_case_names, run_catalog_suite};
 pub use differential::{DIRS, DifferentialPlan, PATHS, observe, run_differential, run_operations};

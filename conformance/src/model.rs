@@ -5,6 +5,9 @@
 //! and their order, retention, topology, listings, hash lookup, chain verification and LOOKUP
 //! ranking. The differential suite runs backends against it.
 //!
+//! Body lookups are the exception: they index the live documents afresh with `quire_index`'s
+//! section rules, so they check what a store adds to those rules, not the rules themselves.
+//!
 //! Not a backend to serve: no persistence, no change hub, O(documents) reads.
 
 use std::collections::BTreeMap;
@@ -20,8 +23,9 @@ use quire_backend::{
     MatchMode, Metadata, Op, PreparedWrite, Prune, ReadView, Reader, Result, Store, Timestamp,
     VersionInfo, WriteRequest,
 };
+use quire_index::{CatalogIndex, EntryKey, SectionIndex};
 use quire_log::Clock;
-use quire_log::metadata::{self, Catalog};
+use quire_log::metadata::{self, Catalog, DocCatalog};
 use quire_log::path::{clean, is_hidden_name};
 use quire_log::version::StoredVersion;
 
@@ -548,12 +552,7 @@ impl Reader for ModelView {
         let op = Op::Lookup;
         let world = self.world(ctx, op, &query.scope)?;
         if query.mode == MatchMode::Body {
-            return Err(Error::new(
-                op,
-                &query.scope,
-                ErrorKind::BodyMatchUnavailable,
-                "model",
-            ));
+            return Ok(body_lookup(&world, query));
         }
         let Ok(scope) = clean(&query.scope) else {
             return Ok(Vec::new());
@@ -612,6 +611,7 @@ impl Reader for ModelView {
                     importance: catalog.importance,
                     modified: v.modified,
                     score,
+                    section: None,
                 },
             ));
         }
@@ -627,6 +627,28 @@ impl Reader for ModelView {
         }
         Ok(out)
     }
+}
+
+/// Body mode indexes every live document afresh: the section rules are `quire_index`'s own
+/// (the model checks what a store adds to them: snapshots, archive state, updates, scope).
+fn body_lookup(world: &World, query: &CatalogQuery) -> Vec<CatalogMatch> {
+    let mut catalog = CatalogIndex::new();
+    let mut sections = SectionIndex::new();
+    for (path, doc) in world.iter() {
+        if doc.archived {
+            continue;
+        }
+        let (_, v) = doc.current();
+        let derived = Catalog::derive(path, &v.stored.metadata, &v.stored.body);
+        let key = EntryKey {
+            body_hash: Hash::of(v.stored.body.as_bytes()),
+            title: derived.title.clone(),
+            tags: derived.tags.clone(),
+        };
+        catalog.upsert(path, DocCatalog::from(&derived), v.modified);
+        sections.upsert(path, key, &v.stored.body);
+    }
+    sections.lookup(query, &catalog)
 }
 
 impl ReadView for ModelView {

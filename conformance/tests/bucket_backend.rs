@@ -1,5 +1,5 @@
 //! The backend suites on the bucket store, over the in-memory and the file blob drivers:
-//! document store, catalog, replica (several bucket stores over one shared bucket) and the
+//! document store, catalog, body, replica (several bucket stores over one shared bucket) and the
 //! differential suite against the file store. Also: a prefix holding foreign objects is
 //! refused, and a read-only open writes nothing.
 
@@ -12,8 +12,8 @@ use quire_blob::memory::MemoryStore;
 use quire_blob::{BlobStore, Metered};
 use quire_conformance::{
     BucketFactory, DifferentialPlan, Direct, FileFactory, ReplicaLoad, SUITE_EPOCH,
-    catalog_case_names, replica_case_names, run_catalog_suite, run_differential, run_replica_suite,
-    run_store_suite, store_case_names,
+    body_case_names, catalog_case_names, replica_case_names, run_body_suite, run_catalog_suite,
+    run_differential, run_replica_suite, run_store_suite, store_case_names,
 };
 use quire_log::ManualClock;
 
@@ -33,6 +33,9 @@ async fn all_suites(factory: &BucketFactory) {
     let catalog = run_catalog_suite(factory).await;
     catalog.assert_passed();
     assert_eq!(catalog.outcomes.len(), catalog_case_names().len());
+    let body = run_body_suite(factory).await;
+    body.assert_passed();
+    assert_eq!(body.outcomes.len(), body_case_names().len());
     let replica = run_replica_suite(factory, ReplicaLoad::default()).await;
     replica.assert_passed();
     assert_eq!(replica.outcomes.len(), replica_case_names().len());

@@ -2,9 +2,9 @@
 //! differential suite with the reference model as the reference.
 
 use quire_conformance::{
-    DifferentialPlan, FileFactory, ModelFactory, Outcome, ReplicaLoad, catalog_case_names,
-    replica_case_names, run_catalog_suite, run_differential, run_replica_suite, run_store_suite,
-    store_case_names,
+    DifferentialPlan, FileFactory, ModelFactory, Outcome, ReplicaLoad, body_case_names,
+    catalog_case_names, replica_case_names, run_body_suite, run_catalog_suite, run_differential,
+    run_replica_suite, run_store_suite, store_case_names,
 };
 
 fn factory(dir: &tempfile::TempDir) -> FileFactory {
@@ -25,6 +25,14 @@ async fn file_store_passes_the_catalog_suite() {
     let report = run_catalog_suite(&factory(&dir)).await;
     report.assert_passed();
     assert_eq!(report.outcomes.len(), catalog_case_names().len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn file_store_passes_the_body_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run_body_suite(&factory(&dir)).await;
+    report.assert_passed();
+    assert_eq!(report.outcomes.len(), body_case_names().len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -58,6 +66,7 @@ async fn the_reference_model_passes_the_contract_suites() {
         .collect();
     assert_eq!(gaps, ["verify_chain_tampered", "verify_chain_tampered_tip"]);
     run_catalog_suite(&ModelFactory).await.assert_passed();
+    run_body_suite(&ModelFactory).await.assert_passed();
     run_replica_suite(&ModelFactory, ReplicaLoad::default())
         .await
         .assert_passed();

@@ -32,6 +32,7 @@ use imbl::{OrdMap, OrdSet};
 use quire_log::metadata::DocCatalog;
 use quire_log::{DocPath, DocState, Timestamp, WorldState};
 
+use crate::body::SectionHit;
 use crate::query::{CatalogQuery, Filter, Terms};
 
 /// Pads the end of a title in the trigram index, so every character of a title starts a
@@ -110,6 +111,8 @@ pub struct CatalogMatch {
     pub modified: Timestamp,
     /// Distinct terms matched (0 for `*`).
     pub score: usize,
+    /// The section a body lookup matched (`None` in catalog mode).
+    pub section: Option<SectionHit>,
 }
 
 /// The catalog of every live document. Cheap to clone; clones are independent.
@@ -249,6 +252,21 @@ impl CatalogIndex {
         }
     }
 
+    /// The catalog fields of `path` when it is live, under `scope` (canonical, as
+    /// [`CatalogQuery::canonical_scope`] gives) and passes every filter. Score 0.
+    pub fn admitted(
+        &self,
+        scope: &str,
+        filters: &[Filter],
+        path: &DocPath,
+    ) -> Option<CatalogMatch> {
+        let in_scope = scope == "/"
+            || (path.as_str().starts_with(scope)
+                && path.as_str().as_bytes().get(scope.len()) == Some(&b'/'));
+        let doc = self.docs.get(path)?;
+        (in_scope && filters.iter().all(|f| holds(f, doc))).then(|| to_match(path, doc, 0))
+    }
+
     /// The paths `word` (lowercased) matches, each once.
     fn matching(&self, word: &str) -> Vec<Arc<str>> {
         let mut out: Vec<Arc<str>> = pairs_with_first(&self.tags, word, true).collect();
@@ -326,6 +344,7 @@ fn to_match(path: &DocPath, doc: &Indexed, score: usize) -> CatalogMatch {
         importance: doc.catalog.importance(),
         modified: doc.modified,
         score,
+        section: None,
     }
 }
 

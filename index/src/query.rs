@@ -43,8 +43,27 @@ pub enum MatchMode {
     /// Titles and tags (the default).
     #[default]
     Catalog,
-    /// Section bodies (the section index, not built yet).
+    /// Section bodies (the section index).
     Body,
+}
+
+impl MatchMode {
+    /// Parses a request's `match` value: `catalog` or `body`; anything else is refused.
+    pub fn parse(text: &str) -> Result<MatchMode, String> {
+        match text {
+            "catalog" => Ok(MatchMode::Catalog),
+            "body" => Ok(MatchMode::Body),
+            other => Err(format!("match {other:?} must be catalog or body")),
+        }
+    }
+
+    /// The value a response echoes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatchMode::Catalog => "catalog",
+            MatchMode::Body => "body",
+        }
+    }
 }
 
 /// One LOOKUP against the catalog.

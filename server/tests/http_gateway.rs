@@ -95,6 +95,63 @@ fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
         .map_or("", |v| v.to_str().unwrap())
 }
 
+/// A body LOOKUP answers ranked sections with snippets (asking again while the section index
+/// of the request's snapshot is not ready, when the server answers from the catalog).
+#[tokio::test]
+async fn body_lookup_over_http() {
+    let server = start(LimitSettings::default()).await;
+    let c = &server.client;
+    let put = c
+        .put(server.url("/docs/notes.md"))
+        .bearer_auth(WRITER)
+        .header("meta-title", "Notes")
+        .body("# Notes\n\nintro\n\n## Setup\n\nraise the UDP buffer\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::CREATED);
+    let mut answered = None;
+    for _ in 0..30 {
+        let found = c
+            .get(server.url("/?lookup&query=udp%20buffer&match=body"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(found.status(), StatusCode::OK);
+        if header(&found, "mark-match") == "body" {
+            answered = Some(found);
+            break;
+        }
+        assert_eq!(header(&found, "mark-match"), "catalog");
+    }
+    let found = answered.expect("a body answer");
+    assert_eq!(header(&found, "mark-matches"), "1");
+    let text = found.text().await.unwrap();
+    assert!(
+        text.contains("| Path | Importance | Title | Tags | Snippet |"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "| /docs/notes.md#setup | 0.50 | Notes › Setup |  | raise the **UDP** **buffer** |"
+        ),
+        "{text}"
+    );
+    let catalog = c
+        .get(server.url("/?lookup&query=udp&match=catalog"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&catalog, "mark-match"), "catalog");
+    assert_eq!(header(&catalog, "mark-matches"), "0");
+    let unknown = c
+        .get(server.url("/?lookup&query=udp&match=fuzzy"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+}
+
 #[tokio::test]
 async fn every_verb_over_http() {
     let server = start(LimitSettings::default()).await;

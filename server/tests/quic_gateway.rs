@@ -153,6 +153,47 @@ async fn send(connection: &MarkConnection, request: Request) -> Response {
     connection.request(&request).await.unwrap()
 }
 
+/// A body LOOKUP answers ranked sections with snippets over the Mark protocol (asking again
+/// while the section index of the request's snapshot is not ready).
+#[tokio::test]
+async fn body_lookup_over_quic() {
+    let server = start(LimitSettings::default()).await;
+    let c = server.connect("localhost").await;
+    let put = send(
+        &c,
+        Request::new(Verb::Publish, "/docs/notes.md")
+            .with_meta("auth", WRITER)
+            .with_meta("title", "Notes")
+            .with_body("# Notes\n\nintro\n\n## Setup\n\nraise the UDP buffer\n"),
+    )
+    .await;
+    assert_eq!(put.status, Status::Created, "{}", body(&put));
+    let ask = || {
+        Request::new(Verb::Lookup, "/")
+            .with_meta("query", "\"udp buffer\"")
+            .with_meta("match", "body")
+    };
+    let mut answered = None;
+    for _ in 0..30 {
+        let found = send(&c, ask()).await;
+        assert_eq!(found.status, Status::Ok, "{}", body(&found));
+        if meta(&found, "match") == "body" {
+            answered = Some(found);
+            break;
+        }
+        assert_eq!(meta(&found, "match"), "catalog");
+    }
+    let found = answered.expect("a body answer");
+    assert_eq!(meta(&found, "matches"), "1");
+    assert!(
+        body(&found).contains(
+            "| /docs/notes.md#setup | 0.50 | Notes › Setup |  | raise the **UDP buffer** |"
+        ),
+        "{}",
+        body(&found)
+    );
+}
+
 #[tokio::test]
 async fn every_verb_over_quic() {
     let server = start(LimitSettings::default()).await;

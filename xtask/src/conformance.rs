@@ -9,7 +9,7 @@ use quire_blob::file::FileStore;
 use quire_blob::memory::MemoryStore;
 use quire_conformance::{
     BucketFactory, Capabilities, FileFactory, Outcome, ReplicaLoad, SuiteReport, fresh_root,
-    run_blob_suite, run_catalog_suite, run_replica_suite, run_store_suite,
+    run_blob_suite, run_body_suite, run_catalog_suite, run_replica_suite, run_store_suite,
 };
 
 use crate::servers::{Server, fake_gcs, seaweedfs};
@@ -116,7 +116,7 @@ impl Table {
 }
 
 /// Runs the blob suite over every driver, and the backend suites (document store, catalog,
-/// replica) over the file store and the bucket store on every driver; prints one table per
+/// body, replica) over the file store and the bucket store on every driver; prints one table per
 /// suite and fails if any case failed anywhere.
 pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
     let targets = targets(scratch, servers)?;
@@ -142,6 +142,10 @@ pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
         title: "catalog case",
         columns: Vec::new(),
     };
+    let mut body = Table {
+        title: "body case",
+        columns: Vec::new(),
+    };
     let mut replica = Table {
         title: "replica case",
         columns: Vec::new(),
@@ -153,6 +157,8 @@ pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
     catalog
         .columns
         .push(("file store".into(), run_catalog_suite(&file_store).await));
+    body.columns
+        .push(("file store".into(), run_body_suite(&file_store).await));
     replica.columns.push((
         "file store".into(),
         run_replica_suite(&file_store, ReplicaLoad::default()).await,
@@ -167,6 +173,8 @@ pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
         catalog
             .columns
             .push((name.clone(), run_catalog_suite(&bucket).await));
+        body.columns
+            .push((name.clone(), run_body_suite(&bucket).await));
         replica.columns.push((
             name,
             run_replica_suite(&bucket, ReplicaLoad::default()).await,
@@ -174,7 +182,7 @@ pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
     }
 
     let (mut failures, mut gaps) = (Vec::new(), Vec::new());
-    for table in [&blob, &store, &catalog, &replica] {
+    for table in [&blob, &store, &catalog, &body, &replica] {
         let (f, g) = table.print();
         failures.extend(f);
         gaps.extend(g);
@@ -183,7 +191,7 @@ pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
     for gap in &gaps {
         println!("emulator gap: {gap}");
     }
-    let total: usize = [&blob, &store, &catalog, &replica]
+    let total: usize = [&blob, &store, &catalog, &body, &replica]
         .iter()
         .flat_map(|t| t.columns.iter())
         .map(|(_, report)| report.outcomes.len())

@@ -4,7 +4,7 @@
 //!   tests against them, then the conformance table.
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
-//! - `bench`: the benchmarks (`commit`, `coldstart`, or `all`), in the release profile.
+//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, or `all`), in the release profile.
 
 mod conformance;
 mod servers;
@@ -30,7 +30,8 @@ enum Task {
     /// Start the local S3 and GCS servers and print their environment until interrupted.
     Servers,
     /// Run a benchmark: `commit` (group commit on a simulated bucket), `coldstart` (a
-    /// million-document world on the file driver), or `all`. Arguments after `--` go to the
+    /// million-document world on the file driver), `search` (body search over generated
+    /// markdown on the file driver), or `all`. Arguments after `--` go to the
     /// benchmark (e.g. `cargo xtask bench coldstart -- --docs 100000`).
     Bench {
         #[arg(value_enum, default_value = "all")]
@@ -44,13 +45,15 @@ enum Task {
 enum Bench {
     Commit,
     Coldstart,
+    Search,
     All,
 }
 
 /// The benchmarks: (name, package, bench target).
-const BENCHES: [(Bench, &str, &str); 2] = [
+const BENCHES: [(Bench, &str, &str); 3] = [
     (Bench::Commit, "quire-log", "commit"),
     (Bench::Coldstart, "quire-checkpoint", "coldstart"),
+    (Bench::Search, "quire-backend", "search"),
 ];
 
 fn bench(which: Bench, args: &[String]) -> Result<()> {

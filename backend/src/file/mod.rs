@@ -51,6 +51,7 @@ use crate::changes::{ChangeEvent, ChangeHub};
 use crate::contract::{ChangeSource, Follower, Precondition, ReadView, Store};
 use crate::ctx::Ctx;
 use crate::error::{Error, ErrorKind, Op, Result};
+use crate::search::{BodySearch, SearchOptions};
 use crate::snapshot::{Freshness, Snapshot, SnapshotSource, SnapshotView};
 use crate::types::{ArchiveRequest, ArchiveResult, Document, Prune, WriteRequest};
 use disk::Disk;
@@ -74,6 +75,8 @@ pub struct FileOptions {
     pub change_ring: usize,
     /// fsync every file and directory change. Turn off only for throwaway worlds.
     pub durable: bool,
+    /// Body search: how long it waits for an index version, when an idle index goes.
+    pub search: SearchOptions,
 }
 
 impl Default for FileOptions {
@@ -84,6 +87,7 @@ impl Default for FileOptions {
             max_documents: 0,
             change_ring: 0,
             durable: true,
+            search: SearchOptions::default(),
         }
     }
 }
@@ -95,6 +99,7 @@ impl fmt::Debug for FileOptions {
             .field("max_documents", &self.max_documents)
             .field("change_ring", &self.change_ring)
             .field("durable", &self.durable)
+            .field("search", &self.search)
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +109,8 @@ impl fmt::Debug for FileOptions {
 struct Shared {
     disk: Disk,
     served: RwLock<Arc<Snapshot>>,
+    /// Offered every snapshot served.
+    search: BodySearch,
 }
 
 impl Shared {
@@ -124,6 +131,10 @@ struct FileSource(Arc<Shared>);
 impl SnapshotSource for FileSource {
     async fn snapshot(&self, _ctx: &Ctx, _freshness: Freshness) -> Result<Arc<Snapshot>> {
         Ok(self.0.served())
+    }
+
+    fn body_search(&self) -> Option<&BodySearch> {
+        Some(&self.0.search)
     }
 
     async fn read_version(
@@ -210,6 +221,11 @@ impl FileStore {
 
     pub fn world(&self) -> WorldId {
         self.inner.world
+    }
+
+    /// The world's body search (its status, for tests and metrics).
+    pub fn body_search(&self) -> &BodySearch {
+        &self.inner.shared.search
     }
 
     /// The file holding version `version` of `path` (whether or not it exists).
@@ -368,7 +384,8 @@ impl FileStore {
         .await
         .map_err(|e| Error::new(op, path.as_str(), ErrorKind::Storage, e.to_string()))??;
         let installed = Arc::new(snapshot.advance(next.clone(), [&path]));
-        *inner.shared.served.write().expect("served lock poisoned") = installed;
+        *inner.shared.served.write().expect("served lock poisoned") = installed.clone();
+        inner.shared.search.offer(&installed);
         if let Some(hub) = &inner.hub {
             hub.publish(ChangeEvent {
                 sequence: next.sequence(),
@@ -513,6 +530,7 @@ fn open_blocking(root: PathBuf, options: FileOptions) -> Result<FileStore> {
     let shared = Arc::new(Shared {
         disk,
         served: RwLock::new(Arc::new(Snapshot::new(state))),
+        search: BodySearch::new(options.search.clone()),
     });
     Ok(FileStore {
         inner: Arc::new(Inner {
@@ -686,6 +704,7 @@ impl Store for FileStore {
         inner.closed.store(true, Ordering::Release);
         // Waits for a write being committed.
         drop(inner.writer.lock().await);
+        inner.shared.search.close();
         if let Some(hub) = &inner.hub {
             hub.close();
         }

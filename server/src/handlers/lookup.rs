@@ -1,7 +1,10 @@
-//! LOOKUP in catalog mode: query, filter, scope and limit, rows the caller may not read
-//! dropped before the limit.
+//! LOOKUP in catalog and body mode: query, filter, scope and limit, rows the caller may not
+//! read dropped before the limit. Body rows add a Snippet column (query terms in bold) and
+//! name their section: `path#anchor`, title `Title › Heading`. A body request the store
+//! cannot answer from an index of its snapshot is answered from the catalog, echoing
+//! `match: catalog`.
 
-use quire_backend::{CatalogQuery, ErrorKind, Filter, MatchMode};
+use quire_backend::{CatalogQuery, ErrorKind, Filter, MatchMode, SectionHit};
 use quire_index::query::{DEFAULT_LIMIT, MAX_LIMIT, validate_query_text};
 
 use super::{Call, backend_error, bad_request, canonical, not_found};
@@ -32,10 +35,10 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
             Err(why) => return bad_request(&why),
         },
     };
-    let mode = match call.meta("match") {
-        None | Some("catalog") => MatchMode::Catalog,
-        Some("body") => MatchMode::Body,
-        Some(other) => return bad_request(&format!("match {other:?} must be catalog or body")),
+    let mode = match call.meta("match").map(MatchMode::parse) {
+        None => MatchMode::Catalog,
+        Some(Ok(mode)) => mode,
+        Some(Err(why)) => return bad_request(&why),
     };
     let view = match call.open_view().await {
         Ok(view) => view,
@@ -68,33 +71,66 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
         .filter(|row| call.may_read(row.path.as_str()).is_ok())
         .take(limit)
         .collect();
+    let body_rows = answered_mode == MatchMode::Body;
     let mut body = format!(
-        "\n# Lookup matches for \"{query}\" in {scope}\n\n| Path | Importance | Title | Tags |\n|------|------------|-------|------|\n"
+        "\n# Lookup matches for \"{query}\" in {scope}\n\n| Path | Importance | Title | Tags |"
     );
+    body.push_str(if body_rows {
+        " Snippet |\n|------|------------|-------|------|---------|\n"
+    } else {
+        "\n|------|------------|-------|------|\n"
+    });
     for row in &visible {
         let importance = row
             .importance
             .parse::<f64>()
             .map_or_else(|_| row.importance.clone(), |v| format!("{v:.2}"));
+        let (path, title) = match &row.section {
+            Some(hit) if !hit.anchor.is_empty() => (
+                format!("{}#{}", row.path, hit.anchor),
+                format!("{} › {}", row.title, hit.heading),
+            ),
+            _ => (row.path.to_string(), row.title.clone()),
+        };
         body.push_str(&format!(
-            "| {} | {} | {} | {} |\n",
-            cell(row.path.as_str()),
+            "| {} | {} | {} | {} |",
+            cell(&path),
             importance,
-            cell(&row.title),
+            cell(&title),
             cell(&row.tags.join(", "))
         ));
+        if body_rows {
+            let snippet = row.section.as_ref().map(marked).unwrap_or_default();
+            body.push_str(&format!(" {} |", cell(&snippet)));
+        }
+        body.push('\n');
     }
     let mut response = Response::new(Status::Ok)
         .with_meta("matches", visible.len().to_string())
         .with_body(body);
     if call.meta("match").is_some() {
-        let echoed = match answered_mode {
-            MatchMode::Catalog => "catalog",
-            MatchMode::Body => "body",
-        };
-        response = response.with_meta("match", echoed);
+        response = response.with_meta("match", answered_mode.as_str());
     }
     response
+}
+
+/// A snippet with its query terms in bold.
+fn marked(hit: &SectionHit) -> String {
+    let mut out = String::with_capacity(hit.snippet.len() + 4 * hit.highlights.len());
+    let mut at = 0;
+    for &(start, end) in &hit.highlights {
+        let (Some(before), Some(term)) = (hit.snippet.get(at..start), hit.snippet.get(start..end))
+        else {
+            continue;
+        };
+        out.push_str(before);
+        out.push_str("**");
+        out.push_str(term);
+        out.push_str("**");
+        at = end;
+    }
+    out.push_str(hit.snippet.get(at..).unwrap_or(""));
+    out
 }
 
 fn cell(text: &str) -> String {

@@ -245,3 +245,71 @@ fn cursor_round_trip_matches_reference() {
         None
     );
 }
+
+/// A body LOOKUP whose store has no section index of the request's snapshot in time is
+/// answered from the catalog on the same view and says so; once the index is there, it
+/// answers sections.
+#[tokio::test(start_paused = true)]
+async fn body_lookup_falls_back_to_the_catalog_while_the_index_is_not_ready() {
+    use quire_backend::bucket::{BucketOptions, BucketStore};
+    use quire_blob::memory::MemoryStore;
+    use quire_blob::{BlobStore, Simulated};
+
+    let simulated = Simulated::new(Arc::new(MemoryStore::new()), 5);
+    let blobs: Arc<dyn BlobStore> = Arc::new(simulated.clone());
+    let options = BucketOptions {
+        compaction: None,
+        ..BucketOptions::default()
+    };
+    let store = BucketStore::open(blobs, options).await.unwrap();
+    let w = World {
+        name: "test".into(),
+        store: Arc::new(store),
+        auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(
+            TokenStore::new(vec![writer()]).unwrap(),
+        )))),
+        limiter: Limiter::new(LimitSettings::default()),
+        read_only: false,
+    };
+    let put = handle(
+        &w,
+        req(Verb::Publish, "/docs/a.md")
+            .with_meta("tags", "alpha")
+            .with_body("# Alpha\n\n## Body\n\nalpha words\n"),
+    )
+    .await;
+    assert_eq!(put.status, Status::Created, "{put:?}");
+    let lookup = || {
+        Request::new(Verb::Lookup, "/")
+            .with_meta("query", "alpha")
+            .with_meta("match", "body")
+    };
+    // Inline bodies are read from their slot with a ranged get: park those reads.
+    let hold = simulated.hold(quire_blob::Op::GetRange, "log/");
+    let fallback = handle(&w, lookup()).await;
+    assert_eq!(fallback.status, Status::Ok);
+    assert_eq!(fallback.metadata["match"], "catalog");
+    let text = std::str::from_utf8(&fallback.body).unwrap();
+    assert!(
+        text.contains("| /docs/a.md | 0.50 | Alpha | alpha |\n"),
+        "{text}"
+    );
+    assert!(!text.contains("Snippet"), "{text}");
+    hold.release();
+    let mut answered = None;
+    for _ in 0..30 {
+        let found = handle(&w, lookup()).await;
+        if found.metadata["match"] == "body" {
+            answered = Some(found);
+            break;
+        }
+    }
+    let found = answered.expect("a body answer once the index is built");
+    let text = std::str::from_utf8(&found.body).unwrap();
+    // The tag meets the term, so the document is one catalog-answer row.
+    assert!(text.contains("| Snippet |"), "{text}");
+    assert!(
+        text.contains("| /docs/a.md | 0.50 | Alpha | alpha |"),
+        "{text}"
+    );
+}

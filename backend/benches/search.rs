@@ -1,0 +1,344 @@
+//! Body search (LOOKUP `match: body`) on a bucket store over the file driver.
+//!
+//! ```text
+//! cargo bench -p quire-backend --bench search -- [--docs N] [--seed S] [--queries Q]
+//!     [--dir PATH]
+//! ```
+//!
+//! A generator publishes `N` realistic markdown documents (headings, lists, code fences,
+//! links, tags; 0.5–4 KB bodies; a Zipf vocabulary; fixed seed) through a writer store, many
+//! writes in flight so the committer batches them. Then a second store opens the world cold
+//! and the bench reports:
+//! - the first body answer on that cold replica (nothing built: it reads every body) and the
+//!   indexing throughput it implies (documents/s, one worker);
+//! - resident memory before and after the index is built (the process's RSS);
+//! - p50/p99 latency of 1-, 2- and 3-term queries and of two-word phrases (`Q` each);
+//! - how long after a commit the write is searchable on its own replica and on a peer told
+//!   by a hint.
+//!
+//! The machine's load is part of every figure: say what else ran.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quire_backend::bucket::{BucketOptions, BucketStore};
+use quire_backend::{CatalogQuery, Ctx, ErrorKind, Follower, MatchMode, Store, WriteRequest};
+use quire_blob::BlobStore;
+use quire_blob::file::FileStore;
+use quire_log::commit::CommittedHook;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+#[derive(Debug)]
+struct Args {
+    docs: usize,
+    seed: u64,
+    queries: usize,
+    dir: Option<PathBuf>,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        docs: 1_000_000,
+        seed: 36,
+        queries: 200,
+        dir: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--docs" => args.docs = value().parse().expect("--docs N"),
+            "--seed" => args.seed = value().parse().expect("--seed S"),
+            "--queries" => args.queries = value().parse().expect("--queries Q"),
+            "--dir" => args.dir = Some(PathBuf::from(value())),
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    args
+}
+
+/// A vocabulary of pronounceable words; draws follow a Zipf-like law (rank^-1.1).
+struct Vocabulary {
+    words: Vec<String>,
+    cumulative: Vec<f64>,
+}
+
+impl Vocabulary {
+    fn new(rng: &mut StdRng, size: usize) -> Vocabulary {
+        const CONSONANTS: &[u8] = b"bcdfghklmnprstvz";
+        const VOWELS: &[u8] = b"aeiou";
+        let mut words = Vec::with_capacity(size);
+        let mut seen = std::collections::HashSet::new();
+        while words.len() < size {
+            let syllables = rng.random_range(1..=4);
+            let mut word = String::new();
+            for _ in 0..syllables {
+                word.push(CONSONANTS[rng.random_range(0..CONSONANTS.len())] as char);
+                word.push(VOWELS[rng.random_range(0..VOWELS.len())] as char);
+            }
+            if seen.insert(word.clone()) {
+                words.push(word);
+            }
+        }
+        let mut total = 0.0;
+        let cumulative = (1..=size)
+            .map(|rank| {
+                total += (rank as f64).powf(-1.1);
+                total
+            })
+            .collect();
+        Vocabulary { words, cumulative }
+    }
+
+    fn draw(&self, rng: &mut StdRng) -> &str {
+        let total = *self.cumulative.last().expect("a vocabulary");
+        let at = rng.random::<f64>() * total;
+        let i = self.cumulative.partition_point(|c| *c < at);
+        &self.words[i.min(self.words.len() - 1)]
+    }
+
+    fn sentence(&self, rng: &mut StdRng, words: usize) -> String {
+        (0..words)
+            .map(|_| self.draw(rng))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// One generated document: a body of 0.5–4 KB and its tags.
+fn document(vocab: &Vocabulary, rng: &mut StdRng) -> (String, String) {
+    let target = rng.random_range(500..4000);
+    let mut body = format!("# {}\n\n", vocab.sentence(rng, 3));
+    while body.len() < target {
+        match rng.random_range(0..10) {
+            0 | 1 => {
+                let level = rng.random_range(2..=3);
+                body.push_str(&format!(
+                    "\n{} {}\n\n",
+                    "#".repeat(level),
+                    vocab.sentence(rng, 2)
+                ));
+            }
+            2 => {
+                for _ in 0..rng.random_range(2..5) {
+                    body.push_str(&format!("- {}\n", vocab.sentence(rng, 5)));
+                }
+                body.push('\n');
+            }
+            3 => body.push_str(&format!(
+                "```sh\n{}_{} --{}\n```\n\n",
+                vocab.draw(rng),
+                vocab.draw(rng),
+                vocab.draw(rng)
+            )),
+            4 => body.push_str(&format!(
+                "See [{}](/notes/{}.md) for more.\n\n",
+                vocab.sentence(rng, 2),
+                vocab.draw(rng)
+            )),
+            _ => {
+                body.push_str(&vocab.sentence(rng, rng.random_range(8..30)));
+                body.push_str(".\n\n");
+            }
+        }
+    }
+    let tags = format!("{},{}", vocab.draw(rng), vocab.draw(rng));
+    (body, tags)
+}
+
+fn rss_mib() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0.0);
+    pages * 4096.0 / (1024.0 * 1024.0)
+}
+
+fn options() -> BucketOptions {
+    BucketOptions {
+        compaction: None,
+        ..BucketOptions::default()
+    }
+}
+
+/// Asks until a body answer comes; returns it and how long that took.
+async fn until_body(store: &dyn Store, query: &CatalogQuery) -> (usize, Duration) {
+    let started = Instant::now();
+    loop {
+        let ctx = Ctx::new();
+        let view = store.open_view(&ctx).await.expect("a view");
+        match view.lookup(&ctx, query).await {
+            Ok(found) => return (found.len(), started.elapsed()),
+            Err(e) if e.kind() == ErrorKind::BodyMatchUnavailable => continue,
+            Err(e) => panic!("body lookup: {e}"),
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let args = parse_args();
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| scratch.path().join("bucket"));
+    let blobs: Arc<dyn BlobStore> = Arc::new(FileStore::open(&dir).expect("a file driver"));
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let vocab = Arc::new(Vocabulary::new(&mut rng, 50_000));
+
+    let writer = BucketStore::open(blobs.clone(), options())
+        .await
+        .expect("a writer");
+    let started = Instant::now();
+    let mut corpus_bytes = 0usize;
+    let mut in_flight = tokio::task::JoinSet::new();
+    for i in 0..args.docs {
+        let (body, tags) = document(&vocab, &mut rng);
+        corpus_bytes += body.len();
+        let request =
+            WriteRequest::new(format!("/notes/d{}/n{i}.md", i % 1000), body).meta("tags", &tags);
+        let store = writer.clone();
+        in_flight.spawn(async move { store.publish(&Ctx::new(), request).await.map(|_| ()) });
+        if in_flight.len() >= 512 {
+            in_flight
+                .join_next()
+                .await
+                .expect("a write")
+                .expect("joined")
+                .expect("published");
+        }
+    }
+    while let Some(done) = in_flight.join_next().await {
+        done.expect("joined").expect("published");
+    }
+    let wrote = started.elapsed();
+    println!(
+        "corpus: {} documents, {:.1} MiB of bodies, written in {:.1} s ({:.0} writes/s)",
+        args.docs,
+        corpus_bytes as f64 / (1024.0 * 1024.0),
+        wrote.as_secs_f64(),
+        args.docs as f64 / wrote.as_secs_f64()
+    );
+
+    let opened = Instant::now();
+    // The reader's commits reach the writer as peer hints, as a server forwards them.
+    let peer = writer.clone();
+    let hint: CommittedHook = Arc::new(move |sequence: u64| peer.follow(sequence));
+    let reader_options = BucketOptions {
+        on_committed: Some(hint),
+        ..options()
+    };
+    let reader = BucketStore::open(blobs.clone(), reader_options)
+        .await
+        .expect("a reader");
+    println!(
+        "cold replica opened in {:.2} s; RSS {:.0} MiB",
+        opened.elapsed().as_secs_f64(),
+        rss_mib()
+    );
+    let rss_before = rss_mib();
+    let first = CatalogQuery::new(vocab.words[0].clone()).mode(MatchMode::Body);
+    let (rows, took) = until_body(&reader, &first).await;
+    println!(
+        "first body answer on a cold replica, nothing built: {:.2} s ({rows} rows); {:.0} documents/s indexed",
+        took.as_secs_f64(),
+        args.docs as f64 / took.as_secs_f64()
+    );
+    println!(
+        "RSS with the warm index: {:.0} MiB ({:+.0} MiB for the index; bodies {:.0} MiB)",
+        rss_mib(),
+        rss_mib() - rss_before,
+        corpus_bytes as f64 / (1024.0 * 1024.0)
+    );
+
+    for (label, terms, phrase) in [
+        ("1 term", 1, false),
+        ("2 terms", 2, false),
+        ("3 terms", 3, false),
+        ("phrase", 2, true),
+    ] {
+        let mut times = Vec::with_capacity(args.queries);
+        let mut total_rows = 0usize;
+        for _ in 0..args.queries {
+            // Words from the top of the vocabulary, so queries match.
+            let words: Vec<&str> = (0..terms)
+                .map(|_| vocab.words[rng.random_range(0..200)].as_str())
+                .collect();
+            let text = if phrase {
+                format!("\"{}\"", words.join(" "))
+            } else {
+                words.join(" ")
+            };
+            let query = CatalogQuery::new(text).mode(MatchMode::Body).max(1000);
+            let ctx = Ctx::new();
+            let view = reader.open_view(&ctx).await.expect("a view");
+            let at = Instant::now();
+            let found = view.lookup(&ctx, &query).await.expect("a warm body answer");
+            times.push(at.elapsed());
+            total_rows += found.len();
+        }
+        times.sort();
+        println!(
+            "{label:8}: p50 {:7.2} ms  p99 {:7.2} ms  ({:.0} rows on average)",
+            percentile(&times, 0.5).as_secs_f64() * 1e3,
+            percentile(&times, 0.99).as_secs_f64() * 1e3,
+            total_rows as f64 / args.queries.max(1) as f64
+        );
+    }
+
+    // A write searchable on its own replica, then on a peer told by a hint.
+    let marker = "zzmarkerword";
+    let request = WriteRequest::new("/notes/fresh.md", format!("# Fresh\n\n{marker} here\n"));
+    let at = Instant::now();
+    reader
+        .publish(&Ctx::new(), request)
+        .await
+        .expect("published");
+    let query = CatalogQuery::new(marker).mode(MatchMode::Body);
+    let (rows, _) = until_body(&reader, &query).await;
+    assert_eq!(rows, 1, "the write is found");
+    println!(
+        "write searchable on its replica {:.1} ms after the commit was sent",
+        at.elapsed().as_secs_f64() * 1e3
+    );
+    let (_, warm) = until_body(&writer, &CatalogQuery::new("warm").mode(MatchMode::Body)).await;
+    println!(
+        "(the writer's own first body answer took {:.2} s)",
+        warm.as_secs_f64()
+    );
+    let marker = "zzpeerword";
+    let at = Instant::now();
+    reader
+        .publish(
+            &Ctx::new(),
+            WriteRequest::new("/notes/peer.md", format!("{marker}\n")),
+        )
+        .await
+        .expect("published");
+    loop {
+        let (rows, _) = until_body(&writer, &CatalogQuery::new(marker).mode(MatchMode::Body)).await;
+        if rows == 1 {
+            break;
+        }
+    }
+    println!(
+        "write searchable on a peer (hinted) {:.1} ms after the commit was sent",
+        at.elapsed().as_secs_f64() * 1e3
+    );
+    reader.close().await;
+    writer.close().await;
+}
