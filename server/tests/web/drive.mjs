@@ -158,6 +158,7 @@ try {
   // Any EventSource can follow the feed, and resumes after the last event it saw.
   const readyState = await page.evaluate(async () => {
     const source = new EventSource("/web/?watch");
+    window.__source = source;
     window.__change = new Promise((resolve) =>
       source.addEventListener(
         "change",
@@ -174,6 +175,26 @@ try {
   assert.equal(event.data.path, "/web/other.md");
   assert.equal(event.data.op, "publish");
   assert.match(event.id, /^[A-Za-z0-9._-]+:\d+$/);
+  await page.evaluate(() => window.__source.close());
+  // Resuming with Last-Event-ID delivers the change committed after that event, even though
+  // it was committed before the stream opened.
+  const later = await put("/web/other.md", "# Other\n\nThe fox ran off.\n");
+  const resumed = new AbortController();
+  const stream = await fetch(base + "/web/?watch", {
+    headers: { Accept: "text/event-stream", "Last-Event-ID": event.id },
+    signal: resumed.signal,
+  });
+  assert.equal(stream.headers.get("content-type"), "text/event-stream");
+  const reader = stream.body.pipeThrough(new TextDecoderStream()).getReader();
+  let text = "";
+  while (!text.includes("event: change")) {
+    const { value, done } = await reader.read();
+    assert.ok(!done, `the stream ended early: ${text}`);
+    text += value;
+  }
+  resumed.abort();
+  assert.match(text, new RegExp(`id: ${event.id}\nevent: ready`));
+  assert.match(text, new RegExp(`"path":"/web/other.md","version":${later}`));
   check();
 
   // Publishing needs a token: refused without one, accepted with one kept in the tab.
