@@ -230,6 +230,19 @@ async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> 
         );
     };
     let query: Vec<(String, String)> = parts.uri.query().map(url_pairs).unwrap_or_default();
+    // Browsers (`Accept: text/html`, the event stream, the page's assets): see `crate::web`.
+    if let Some(page) = crate::web::respond(
+        &world,
+        &parts.method,
+        parts.uri.path(),
+        &parts.headers,
+        &query,
+        &gateway.draining,
+    )
+    .await
+    {
+        return page;
+    }
     let has = |key: &str| query.iter().any(|(k, _)| k == key);
     let verb = match parts.method {
         Method::GET if has("watch") => Verb::Watch,

@@ -23,6 +23,12 @@
 //! - [`store_metrics`]: per-world store metrics (commit batches, slot races, blob traffic).
 //! - [`failure`]: the one error shape (op, key, kind, detail) of the modules above.
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
+//! - [`web`]: the pages the HTTP gateway shows a browser (documents, listings, history and
+//!   diffs, search, the change feed as Server-Sent Events, writes with a tab-kept token).
+//! - [`mcp`]: `quire mcp`, a Model Context Protocol server for LLM agents over a
+//!   [`remote`] server (one Mark request over `mark://` or `http://`).
+//! - [`outline`] and [`links`]: a markdown document's headings with their `#anchor`s, and
+//!   where its links point as world paths.
 //! - [`world_tools`]: `quire world verify | export | import` over one configured world.
 //!
 //! Both transports serve every verb, WATCH included.
@@ -33,13 +39,18 @@ pub mod failure;
 pub mod handlers;
 pub mod http;
 pub mod limits;
+pub mod links;
 pub mod mark;
 pub mod mark_client;
+pub mod mcp;
+pub mod outline;
 pub mod policy;
 pub mod quic;
 pub mod reload;
+pub mod remote;
 pub mod store_metrics;
 pub mod tls;
+pub mod web;
 pub mod wiring;
 pub mod world_tools;
 pub mod worlds;

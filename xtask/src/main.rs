@@ -1,11 +1,13 @@
 //! Quire's developer tasks. `cargo xtask --help` lists them.
 //!
-//! - `test`: everything CI checks. Starts the local S3 and GCS servers, runs the workspace's
-//!   tests against them, then the conformance table.
+//! - `test`: everything CI checks. Starts the local S3 and GCS servers, installs the
+//!   independent clients the end-to-end tests drive (`clients`), runs the workspace's tests
+//!   against them, then the conformance table.
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
 //! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, or `all`), in the release profile.
 
+mod clients;
 mod conformance;
 mod servers;
 
@@ -27,7 +29,8 @@ enum Task {
     Test,
     /// Run the conformance suites over every driver and print the table.
     Conformance,
-    /// Start the local S3 and GCS servers and print their environment until interrupted.
+    /// Start the local S3 and GCS servers, install the end-to-end clients, and print their
+    /// environment until interrupted.
     Servers,
     /// Run a benchmark: `commit` (group commit on a simulated bucket), `coldstart` (a
     /// million-document world on the file driver), `search` (body search over generated
@@ -91,6 +94,9 @@ async fn main() -> Result<()> {
                     println!("export {name}={value}");
                 }
             }
+            for (name, value) in clients::install()? {
+                println!("export {name}={value}");
+            }
             eprintln!("xtask: servers running; Ctrl-C stops them");
             tokio::signal::ctrl_c().await?;
             Ok(())
@@ -111,6 +117,7 @@ async fn start_servers() -> Result<(tempfile::TempDir, Vec<servers::Server>)> {
 
 async fn test() -> Result<()> {
     let (scratch, servers) = start_servers().await?;
+    let clients = clients::install()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
@@ -120,6 +127,7 @@ async fn test() -> Result<()> {
     for server in &servers {
         command.envs(server.env.iter().map(|(k, v)| (k, v)));
     }
+    command.envs(clients);
     let status = command.status().context("running cargo test")?;
     if !status.success() {
         bail!("cargo test failed: {status}");

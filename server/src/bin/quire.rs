@@ -1,7 +1,8 @@
 //! The `quire` command: `serve` runs the knowledge server, `token new` makes a capability
 //! token, `world` verifies, exports or imports a configured world, and the client verbs talk
 //! to a server over the Mark protocol on QUIC (`mark://` URLs) or over its HTTP gateway
-//! (`http://` URLs).
+//! (`http://` URLs); `mcp` serves the Model Context Protocol on standard input and output
+//! for an LLM agent, over either.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -92,6 +93,22 @@ enum Command {
         /// Resume after this cursor (from an earlier event).
         #[arg(long)]
         since: Option<String>,
+    },
+    /// Serve the Model Context Protocol on standard input and output, for an LLM agent's
+    /// host: tools and resources over the server at --server.
+    Mcp {
+        /// `mark://host[:port]` (QUIC) or `http://host[:port]`.
+        #[arg(long, default_value = "http://127.0.0.1:6309")]
+        server: String,
+        /// A capability token (or QUIRE_TOKEN).
+        #[arg(long)]
+        token: Option<String>,
+        /// mark:// only: trust the server certificates in this PEM file.
+        #[arg(long, value_name = "FILE")]
+        ca: Option<PathBuf>,
+        /// mark:// only, for development: accept any server certificate.
+        #[arg(long, conflicts_with = "ca")]
+        insecure: bool,
     },
     /// Search the catalog under a directory.
     Lookup {
@@ -254,6 +271,27 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .await
         }
         Command::Watch { target, since } => watch(&target, since).await,
+        Command::Mcp {
+            server,
+            token,
+            ca,
+            insecure,
+        } => {
+            let trust = if insecure {
+                Trust::Insecure
+            } else if let Some(ca) = &ca {
+                Trust::from_pem_file(ca)?
+            } else {
+                Trust::SystemRoots
+            };
+            let settings = quire_server::mcp::McpSettings {
+                server,
+                token: token.or_else(|| std::env::var("QUIRE_TOKEN").ok()),
+                trust,
+            };
+            quire_server::mcp::serve_stdio(settings).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Lookup {
             target,
             query,

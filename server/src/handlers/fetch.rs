@@ -175,7 +175,8 @@ pub(super) async fn versions(call: &Call<'_>) -> Response {
         Err(error) => return backend_error(&error, &path),
     };
     let mut body = format!("\n# Version History: {path}\n\n");
-    let escaped = escape_link(&path, false);
+    // The path keeps its slashes: `/notes/a.md/v1` resolves to the version from any page.
+    let escaped = escape_link(&path, true);
     for info in &history {
         body.push_str(&format!(
             "- [v{v}]({escaped}/v{v}) - {}\n",
