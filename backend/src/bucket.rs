@@ -3,11 +3,13 @@
 //! start, the compactor) and the catalog carried by each [`Snapshot`].
 //!
 //! - **World creation.** A writable open of an empty prefix creates a world: checkpoint
-//!   zero first, the marker last, so a marker always has a checkpoint. A prefix holding
-//!   objects but no marker, another world's marker (when [`BucketOptions::world`] names
-//!   one) or a damaged marker is refused. Stores opening one empty prefix at once with the
-//!   same [`BucketOptions::world`] write identical genesis objects and all join it; with
-//!   different (or random) ids, one wins and the others are refused.
+//!   zero first, the marker last, so a marker always has a checkpoint. Stores opening one
+//!   empty prefix at once all join one world: checkpoint zero is created if absent, one
+//!   opener's takes the name and the others adopt its world (a random proposal, or the same
+//!   [`BucketOptions::world`], joins; another explicit world is refused). A prefix holding
+//!   this format's objects but no world yet is waited for (up to [`WORLD_CREATION_WAIT`]);
+//!   a prefix holding objects that are not a world's is refused, naming them, and so are
+//!   another world's marker (when [`BucketOptions::world`] names one) and a damaged marker.
 //! - **Read-only opens never write**: no genesis, no committer, no compactor; writes answer
 //!   [`ErrorKind::ReadOnly`].
 //! - **Freshness.** Exact reads probe the log's next slot (and replay what they find) before
@@ -48,6 +50,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use quire_blob::{BlobStore, Metered};
 use quire_checkpoint::format::DEFAULT_WIDTHS;
+use quire_checkpoint::genesis::{Joined, join_or_create_world};
 use quire_checkpoint::{Compactor, OpenOptions, Policy, Replica, Step};
 use quire_log::build::{Mutation, PreparedWrite};
 use quire_log::commit::{self, CommittedHook, Committer, CommitterConfig, Folded};
@@ -394,6 +397,42 @@ fn open_error(prefix: &str, kind: ErrorKind, detail: impl Into<String>) -> Error
     Error::new(Op::Open, keys::marker_key(prefix), kind, detail)
 }
 
+/// How long a writable open waits for a world another opener is creating under the prefix.
+pub const WORLD_CREATION_WAIT: Duration = Duration::from_secs(30);
+/// How often it looks again meanwhile.
+const WORLD_CREATION_POLL: Duration = Duration::from_millis(200);
+
+/// Joins the world under `prefix`, creating one if the prefix is empty (see the module
+/// docs). A prefix holding this format's objects but no world yet is waited for, up to
+/// [`WORLD_CREATION_WAIT`] of tokio time.
+async fn join_world(blobs: &dyn BlobStore, prefix: &str, world: Option<WorldId>) -> Result<()> {
+    let proposed = world.unwrap_or_else(|| WorldId::random(&mut rand::rng()));
+    let give_up = tokio::time::Instant::now() + WORLD_CREATION_WAIT;
+    loop {
+        let joined = join_or_create_world(blobs, prefix, proposed, DEFAULT_WIDTHS)
+            .await
+            .map_err(|e| from_checkpoint(Op::Open, e))?;
+        match joined {
+            // Another world than `world` asked for is refused when the replica opens.
+            Joined::World(_) => return Ok(()),
+            Joined::Pending(why) if tokio::time::Instant::now() >= give_up => {
+                return Err(open_error(
+                    prefix,
+                    ErrorKind::Integrity,
+                    format!(
+                        "the prefix holds no world after waiting {}s for one: {why}",
+                        WORLD_CREATION_WAIT.as_secs()
+                    ),
+                ));
+            }
+            Joined::Pending(why) => {
+                tracing::info!(prefix, "waiting for a world being created: {why}");
+                tokio::time::sleep(WORLD_CREATION_POLL).await;
+            }
+        }
+    }
+}
+
 impl BucketStore {
     /// Opens the world under `options.prefix` of `blobs`: cold start from the newest
     /// checkpoint and replay of the log after it. A writable open of an empty prefix creates
@@ -402,36 +441,12 @@ impl BucketStore {
         let meter = Metered::new(blobs);
         let blobs: Arc<dyn BlobStore> = Arc::new(meter.clone());
         let prefix = options.prefix.clone();
-        let marker = keys::marker_key(&prefix);
         if !options.read_only {
-            match blobs.head(&marker).await {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {
-                    let world = options
-                        .world
-                        .unwrap_or_else(|| WorldId::random(&mut rand::rng()));
-                    let created = quire_checkpoint::genesis::create_world(
-                        blobs.as_ref(),
-                        &prefix,
-                        world,
-                        DEFAULT_WIDTHS,
-                    )
-                    .await;
-                    // A store opening the same empty prefix at once may have won; its
-                    // world is checked against `options.world` below.
-                    if let Err(e) = created
-                        && blobs.head(&marker).await.is_err()
-                    {
-                        return Err(from_checkpoint(Op::Open, e));
-                    }
-                }
-                Err(e) => {
-                    return Err(
-                        open_error(&prefix, ErrorKind::Storage, e.to_string()).with_source(e)
-                    );
-                }
-            }
+            join_world(blobs.as_ref(), &prefix, options.world).await?;
         }
+        // A catalog read may reuse the opened state while a probe that began less than
+        // SEARCH_FRESHNESS ago confirmed it: the replay below lists the log after now.
+        let opened_at = options.elapsed.now();
         let open = OpenOptions {
             world: options.world,
             clock: options.clock.clone(),
@@ -460,7 +475,7 @@ impl BucketStore {
             committer,
             served: Mutex::new(Served {
                 snapshot: Arc::new(Snapshot::new(state)),
-                confirmed: Some(options.elapsed.now()),
+                confirmed: Some(opened_at),
             }),
             elapsed: options.elapsed.clone(),
             search: BodySearch::new(options.search.clone()),

@@ -25,12 +25,13 @@
 //! | answer | reads (get, get_range, head, list) | mutations (create, replace, delete) |
 //! | --- | --- | --- |
 //! | 404 | get/get_range/head: [`NotFound`](ErrorKind::NotFound); list: [`Unavailable`](ErrorKind::Unavailable) (no bucket) | replace/delete: [`Precondition`](ErrorKind::Precondition); create: [`Unavailable`](ErrorKind::Unavailable) (no bucket) |
-//! | 412, 400, 416 | [`Precondition`](ErrorKind::Precondition) | [`Precondition`](ErrorKind::Precondition) |
+//! | 412, 416 | [`Precondition`](ErrorKind::Precondition) | [`Precondition`](ErrorKind::Precondition) |
+//! | 400 | [`Precondition`](ErrorKind::Precondition) | [`Integrity`](ErrorKind::Integrity) (refused as invalid, such as a CRC32C mismatch: nothing changed, and it is no lost race) |
 //! | 429 | [`Throttled`](ErrorKind::Throttled) | [`Throttled`](ErrorKind::Throttled) (refused before applying) |
 //! | 408, 5xx, timeout, connection lost after sending | [`Unavailable`](ErrorKind::Unavailable) | [`Ambiguous`](ErrorKind::Ambiguous) |
 //! | connection refused / TLS failure (nothing sent), no token | [`Unavailable`](ErrorKind::Unavailable) | [`Unavailable`](ErrorKind::Unavailable) |
 //! | other statuses (401, 403, 3xx, …) | [`Unavailable`](ErrorKind::Unavailable) | [`Unavailable`](ErrorKind::Unavailable) (a definite refusal) |
-//! | unreadable JSON, wrong size or checksum, inconsistent metadata | [`Integrity`](ErrorKind::Integrity) | [`Integrity`](ErrorKind::Integrity) |
+//! | unreadable JSON, wrong size or checksum, inconsistent metadata | [`Integrity`](ErrorKind::Integrity) | [`Ambiguous`](ErrorKind::Ambiguous): the success status says it applied, the answer cannot confirm what |
 //!
 //! A 404 on create or list means the bucket is missing, which is not a lost race, so it is
 //! never reported as a precondition failure. Mutations are never retried: a mutation's retry
@@ -396,6 +397,25 @@ impl GcsStore {
             .header(CONTENT_TYPE, content_type)
             .body(body);
         let response = self.send(op, key, request).await?;
+        // The status said the upload applied: an answer that cannot be read or does not
+        // describe these bytes leaves the outcome open (the caller reads the key back).
+        self.uploaded(op, key, response, &data, crc)
+            .await
+            .map_err(|e| match e.kind() {
+                ErrorKind::Integrity => e.into_kind(ErrorKind::Ambiguous),
+                _ => e,
+            })
+    }
+
+    /// Checks a successful upload's answer against the bytes sent.
+    async fn uploaded(
+        &self,
+        op: Op,
+        key: &str,
+        response: Response,
+        data: &Bytes,
+        crc: u32,
+    ) -> Result<Attributes> {
         let resource: ObjectResource = self.json(op, key, response).await?;
         let stored_crc = resource.crc32c.clone();
         let attributes = attributes(op, key, resource)?;
@@ -628,6 +648,9 @@ fn status_kind(op: Op, status: StatusCode) -> ErrorKind {
             Op::Replace | Op::Delete => ErrorKind::Precondition,
             _ => ErrorKind::Unavailable,
         },
+        // A mutation refused as invalid did not apply, and no condition failed: a create
+        // answered so must never pass for "the key exists".
+        400 if op.is_mutation() => ErrorKind::Integrity,
         400 | 412 | 416 => ErrorKind::Precondition,
         429 => ErrorKind::Throttled,
         408 | 500..=599 if op.is_mutation() => ErrorKind::Ambiguous,
@@ -959,6 +982,9 @@ mod tests {
             (Op::List, 404, ErrorKind::Unavailable),
             (Op::Create, 412, ErrorKind::Precondition),
             (Op::List, 400, ErrorKind::Precondition),
+            (Op::Get, 400, ErrorKind::Precondition),
+            (Op::Create, 400, ErrorKind::Integrity),
+            (Op::Replace, 400, ErrorKind::Integrity),
             (Op::GetRange, 416, ErrorKind::Precondition),
             (Op::Create, 429, ErrorKind::Throttled),
             (Op::Get, 429, ErrorKind::Throttled),

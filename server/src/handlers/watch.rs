@@ -267,7 +267,14 @@ impl Watch {
             });
         }
         if since.sequence > self.hub.head() {
-            self.world.store.follow(since.sequence);
+            // A client's cursor is not a peer hint (a client could make a lone store act as
+            // if it contended): an exact read probes the log instead, and what it installs
+            // reaches the hub.
+            let ctx = quire_backend::Ctx::with_timeout(CATCH_UP_WAIT);
+            if let Ok(view) = self.world.store.open_view(&ctx).await {
+                let _ = view.is_dir(&ctx, "/").await;
+                view.close();
+            }
             let reached = self.heads.wait_for(|head| *head >= since.sequence);
             let _ = tokio::time::timeout(CATCH_UP_WAIT, reached).await;
         }
