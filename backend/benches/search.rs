@@ -140,7 +140,8 @@ fn document(vocab: &Vocabulary, rng: &mut StdRng) -> (String, String) {
                 vocab.draw(rng)
             )),
             _ => {
-                body.push_str(&vocab.sentence(rng, rng.random_range(8..30)));
+                let words = rng.random_range(8..30);
+                body.push_str(&vocab.sentence(rng, words));
                 body.push_str(".\n\n");
             }
         }

@@ -35,6 +35,10 @@
 //! - **Stats.** Every blob request the store makes (reads, the committer's slot creates,
 //!   the compactor's checkpoints) is counted by a [`Metered`] wrapper; with the committer's
 //!   counters they are [`Store::stats`].
+//! - **Body search.** Every snapshot the store installs is offered to the world's
+//!   [`BodySearch`] (a queue push, nothing more, on the commit path): the section index is
+//!   built on the first body search, follows the installed snapshots in the background and is
+//!   evicted when idle ([`BucketOptions::search`]; see [`crate::search`]).
 //! - **The `committed` hook** ([`BucketOptions::on_committed`]) sees every sequence this
 //!   store's committer learned the log reached: a server forwards them to peers as hints.
 //!

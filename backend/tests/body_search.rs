@@ -9,7 +9,8 @@ use std::time::Duration;
 use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::file::{FileOptions, FileStore};
 use quire_backend::{
-    CatalogQuery, Ctx, ErrorKind, MatchMode, ReadView, SearchOptions, Store, WriteRequest,
+    BodySearch, CatalogQuery, Ctx, ErrorKind, MatchMode, ReadView, SearchOptions, SearchStatus,
+    Store, WriteRequest,
 };
 use quire_blob::memory::MemoryStore;
 use quire_blob::{BlobStore, Simulated};
@@ -55,6 +56,14 @@ async fn rows(view: &dyn ReadView, text: &str) -> Result<Vec<String>, ErrorKind>
             format!("{}#{anchor}", m.path)
         })
         .collect())
+}
+
+/// Waits for the body search's status to satisfy `done`; on the paused clock a wait that
+/// never ends fails after a minute instead of hanging.
+async fn signal(search: &BodySearch, done: impl Fn(&SearchStatus) -> bool) {
+    tokio::time::timeout(Duration::from_secs(60), search.wait_until(done))
+        .await
+        .expect("the body search reached the awaited status");
 }
 
 async fn fresh_rows(store: &dyn Store, text: &str) -> Result<Vec<String>, ErrorKind> {
@@ -154,7 +163,7 @@ async fn peers_writes_reach_the_index_without_a_body_search() {
     let ctx = Ctx::new();
     let view = reader.open_view(&ctx).await.unwrap();
     view.is_dir(&ctx, "/").await.unwrap();
-    search.wait_until(|s| s.reached > before).await;
+    signal(&search, |s| s.reached > before).await;
     assert_eq!(search.status().builds, 1);
     assert_eq!(
         rows(view.as_ref(), "second").await,
@@ -176,7 +185,7 @@ async fn an_idle_index_is_evicted_and_built_again_on_the_next_body_search() {
     tokio::time::advance(Duration::from_secs(300)).await;
     publish(&store, "/b.md", "more words\n").await;
     tokio::time::advance(Duration::from_secs(301)).await;
-    search.wait_until(|s| !s.active).await;
+    signal(&search, |s| !s.active).await;
     let status = search.status();
     assert_eq!((status.evictions, status.sequences.len()), (1, 0));
     assert_eq!(fresh_rows(&store, "more").await, Ok(vec!["/b.md#".into()]));

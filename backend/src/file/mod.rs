@@ -21,6 +21,9 @@
 //!   every open (the journal is not kept on disk yet): WATCH resumes within one run and
 //!   resyncs across restarts.
 //!
+//! - **Body search.** Each committed snapshot is offered to the world's section index
+//!   (built on the first body search, evicted when idle; see [`crate::search`]).
+//!
 //! Limits beyond the contract's: each path segment must fit the filesystem's 255-byte name
 //! limit once escaped (a reserved name takes one byte more); a longer one is not found. The
 //! directory must be on one case-sensitive filesystem.
