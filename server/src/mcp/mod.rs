@@ -687,7 +687,7 @@ impl ServerHandler for QuireMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let root = self.shared.remote.url_of("/");
-        let template = format!("{}{{+path}}", root);
+        let template = format!("{root}{{+path}}");
         Ok(ListResourceTemplatesResult::with_all_items(vec![
             ResourceTemplate::new(template, "document")
                 .with_description("A document by its path")

@@ -268,7 +268,7 @@ mod tests {
         let table = "\n# Lookup\n\n| Path | Importance | Title | Tags | Snippet |\n|------|------------|-------|------|---------|\n| /notes/a.md#intro | 0.50 | A › Intro | x | the Quick brown fox |\n";
         let html = lookup_table(table, "quick fox");
         assert!(
-            html.contains("<a href=\"/notes/a.md#intro\">/notes/a.md#intro</a>"),
+            html.contains("<a href=\"/notes/a.md#intro\" rel=\"noopener noreferrer nofollow\">/notes/a.md#intro</a>"),
             "{html}"
         );
         assert!(
