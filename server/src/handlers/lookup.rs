@@ -4,7 +4,7 @@
 use quire_backend::{CatalogQuery, ErrorKind, Filter, MatchMode};
 use quire_index::query::{DEFAULT_LIMIT, MAX_LIMIT, validate_query_text};
 
-use super::{Call, backend_error, bad_request, canonical, not_found};
+use super::{Call, backend_error, bad_request, canonical, denied, escape_markdown, not_found};
 use crate::mark::{Response, Status};
 
 pub(super) async fn lookup(call: &Call<'_>) -> Response {
@@ -37,6 +37,10 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
         Some("body") => MatchMode::Body,
         Some(other) => return bad_request(&format!("match {other:?} must be catalog or body")),
     };
+    // The scope is judged as a directory before the store is asked whether it is one.
+    if let Err(denial) = call.may_read_directory(&scope) {
+        return denied(denial);
+    }
     let view = match call.open_view().await {
         Ok(view) => view,
         Err(response) => return response,
@@ -69,7 +73,9 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
         .take(limit)
         .collect();
     let mut body = format!(
-        "\n# Lookup matches for \"{query}\" in {scope}\n\n| Path | Importance | Title | Tags |\n|------|------------|-------|------|\n"
+        "\n# Lookup matches for \"{}\" in {}\n\n| Path | Importance | Title | Tags |\n|------|------------|-------|------|\n",
+        escape_markdown(query),
+        escape_markdown(&scope)
     );
     for row in &visible {
         let importance = row
@@ -97,6 +103,7 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
     response
 }
 
+/// A table cell: markup escaped (a `|` never ends the cell early).
 fn cell(text: &str) -> String {
-    text.replace('|', "\\|")
+    escape_markdown(text)
 }
