@@ -957,3 +957,55 @@ async fn http2_is_not_served_and_an_oversized_body_is_refused_unread() {
     let seen = until_closed(&mut stream).await;
     assert!(seen.starts_with("HTTP/1.1 413"), "{seen}");
 }
+
+#[tokio::test]
+async fn a_client_holding_its_share_of_slots_leaves_the_others_served() {
+    let limits = LimitSettings {
+        client_concurrent_requests: NonZeroU32::new(2).unwrap(),
+        max_concurrent_requests: NonZeroU32::new(3).unwrap(),
+        queue_wait: Duration::ZERO,
+        ..LimitSettings::default()
+    };
+    let server = start(limits, HttpSettings::default()).await;
+    // Two PUTs of one client admitted and stalled in their bodies hold its two slots.
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut stream = connect(&server).await;
+        stream
+            .write_all(
+                format!(
+                    "PUT /docs/slow.md HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {WRITER}\r\nContent-Length: 100\r\n\r\nx"
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    // Counted, not timed: the client's next request waits for nothing and is refused…
+    let refused = loop {
+        let answer = server
+            .ask(
+                Transport::Http,
+                &fetch("/docs/none.md").with_meta("auth", WRITER),
+            )
+            .await;
+        if answer.status == Status::RateLimited {
+            break answer;
+        }
+        // Both stalled PUTs may not be admitted yet: this one then found a slot.
+        assert_eq!(answer.status, Status::NotFound);
+    };
+    assert!(refused.body.contains("for this client"), "{}", refused.body);
+    // …while another client is served, and the world's last slot stays for others.
+    for secret in [OTHER_WRITER, NOTES_READER] {
+        let answer = server
+            .ask(
+                Transport::Http,
+                &fetch("/docs/none.md").with_meta("auth", secret),
+            )
+            .await;
+        assert_eq!(answer.status, Status::NotFound, "{secret}");
+    }
+    drop(stalled);
+}
