@@ -392,7 +392,14 @@ impl Watch {
             });
             match block.encode() {
                 Ok(bytes) => self.ready.push_back(bytes),
-                Err(error) => tracing::warn!(%error, "watch event skipped"),
+                Err(error) => {
+                    // Stored before write-time checks refused such values: the event
+                    // cannot be sent, and skipping it silently would break "at least
+                    // once", so the client is told to resync; it resumes after the event
+                    // (its re-read of the world covers it), never meeting it again.
+                    tracing::warn!(%error, "watch event cannot be encoded; ending with resync");
+                    return self.finish_at(Status::Resync, event.sequence);
+                }
             }
         }
     }
@@ -825,6 +832,29 @@ mod tests {
         assert_eq!(
             rest(&mut private, base).await,
             ["ok @0", "publish /private/secret.md v1 @1", "closing @2"]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_event_that_cannot_be_encoded_ends_the_watch_with_resync_not_silence() {
+        let dir = tempfile::tempdir().unwrap();
+        let world = file_world(dir.path(), 64, LimitSettings::default()).await;
+        let base = hub(&world).head();
+        let mut watch = open(&world, "/", &[]).await.unwrap();
+        write(&world, Verb::Publish, "/first.md", "1").await;
+        // Stored straight through the store, as before paths were checked at write time.
+        world
+            .store
+            .publish(
+                &quire_backend::Ctx::new(),
+                quire_backend::WriteRequest::new("/a\u{2028}b.md", "x"),
+            )
+            .await
+            .unwrap();
+        published(&world, base + 2).await;
+        assert_eq!(
+            rest(&mut watch, base).await,
+            ["ok @0", "publish /first.md v1 @1", "resync @2"]
         );
     }
 
