@@ -698,6 +698,20 @@ impl ConfigFile {
                 policy: policy(text, raw.policy)?,
             });
         }
+        // A world's name also routes to it (`Worlds::for_host`): it may not be another
+        // world's authority, or which world a name chooses would depend on their order.
+        for world in &worlds {
+            if let Ok(as_authority) = Authority::parse(world.name.as_str())
+                && let Some(owner) = routes.get(&as_authority)
+                && owner != &world.name
+            {
+                return Err(format!(
+                    "world name {:?} is also an authority of world {:?}; a world's name routes to it",
+                    world.name.as_str(),
+                    owner.as_str()
+                ));
+            }
+        }
         Ok(Config {
             listen: self.listen,
             tls: self.tls,
@@ -1412,6 +1426,18 @@ root = "./notes"
         assert_eq!(
             error.detail(),
             "no [[worlds]]: configure at least one world"
+        );
+    }
+
+    #[test]
+    fn a_world_name_may_not_be_another_worlds_authority() {
+        let text = "[[worlds]]\nname = \"docs\"\nauthorities = [\"docs.example.com\"]\nbackend = { kind = \"file\", root = \"a\" }\n\n[[worlds]]\nname = \"notes\"\nauthorities = [\"docs\"]\nbackend = { kind = \"file\", root = \"b\" }\n";
+        let error = parse(text).unwrap_err();
+        assert!(
+            error
+                .detail()
+                .contains("\"docs\" is also an authority of world \"notes\""),
+            "{error}"
         );
     }
 
