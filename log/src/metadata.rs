@@ -13,6 +13,12 @@
 //!   always fits the stored frontmatter.
 //!
 //! `importance` and `title` are stored as given and only interpreted for the catalog.
+//!
+//! A new write meets one rule more ([`check_new`]): its values hold none of the characters
+//! that readers of the stored frontmatter or of the wire take as a line break or as
+//! invisible (C1 controls, NEL, U+2028, U+2029, U+FEFF), so every value stored from now on
+//! reads back on every transport as written. The rule applies at write time only: a value
+//! stored before it keeps reading back.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -63,6 +69,29 @@ pub(crate) fn value_is_valid(value: &str) -> bool {
     !value
         .chars()
         .any(|c| (c < ' ' && c != '\t') || c == '\u{7f}')
+}
+
+/// Whether `c` may appear in a newly written value or path (see [`check_new`]): no control
+/// character (tab aside), no DEL, no C1 control (NEL included), no line or paragraph
+/// separator and no byte-order mark.
+pub fn is_writable_char(c: char) -> bool {
+    !((c < ' ' && c != '\t')
+        || ('\u{7f}'..='\u{9f}').contains(&c)
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}'))
+}
+
+/// The write-time rule beyond [`normalize`]: every value holds only characters
+/// [`is_writable_char`] allows. The error names the key and the character.
+pub fn check_new(meta: &Metadata) -> Result<(), String> {
+    for (key, value) in meta {
+        if let Some(bad) = value.chars().find(|&c| !is_writable_char(c)) {
+            return Err(format!(
+                "metadata value of {key:?} holds the character U+{:04X}, which is not allowed",
+                u32::from(bad)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Normalises a tag list: trimmed, empties dropped, joined with `,`.
@@ -533,6 +562,31 @@ mod tests {
         for good in [meta(&[("retention", "1")]), meta(&[("retention", "20")])] {
             assert!(normalize(&good).is_ok());
         }
+    }
+
+    #[test]
+    fn new_writes_refuse_separators_and_invisible_characters_naming_the_key() {
+        for bad in [
+            "a\u{2028}b",
+            "a\u{2029}b",
+            "a\u{85}b",
+            "a\u{9b}b",
+            "\u{feff}a",
+            "a\u{7f}",
+        ] {
+            let error = check_new(&meta(&[("agent", bad)])).unwrap_err();
+            assert!(error.contains("\"agent\""), "{error}");
+        }
+        for good in [
+            "plain",
+            "tab\there",
+            "émoji ✓",
+            "2026-01-01T00:00:00.9999999999Z",
+        ] {
+            assert_eq!(check_new(&meta(&[("agent", good)])), Ok(()), "{good:?}");
+        }
+        // Stored values keep reading back: the read-side rule is unchanged.
+        assert!(is_normal(&meta(&[("agent", "a\u{2028}b")])));
     }
 
     #[test]

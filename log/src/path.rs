@@ -4,6 +4,10 @@
 //! A canonical document path starts with `/`, is not `/` itself, has no empty, `.` or `..`
 //! segment, no trailing `/`, no control character (tab aside) or DEL, and is at most
 //! [`MAX_PATH_LEN`] bytes. Whether it ends in `.md` is the handler's rule, not the store's.
+//!
+//! A path written from now on also meets [`check_new`]: no C1 control, NEL, U+2028, U+2029
+//! or U+FEFF (see [`crate::metadata::is_writable_char`]), so it reads back as one line on
+//! every transport. Paths stored before keep reading back.
 
 use std::fmt;
 use std::sync::Arc;
@@ -33,6 +37,18 @@ fn check_chars(raw: &str) -> Result<(), PathError> {
         return Err(PathError("control character in path"));
     }
     Ok(())
+}
+
+/// The write-time rule for a new document's path: only characters
+/// [`crate::metadata::is_writable_char`] allows.
+pub fn check_new(path: &str) -> Result<(), PathError> {
+    if path.chars().all(crate::metadata::is_writable_char) {
+        Ok(())
+    } else {
+        Err(PathError(
+            "path holds a line separator, C1 control or byte-order mark",
+        ))
+    }
 }
 
 /// Cleans a request path into canonical form: leading `/` added, empty and `.` segments and
@@ -198,6 +214,22 @@ mod tests {
             let same = DocPath::parse(raw).is_ok_and(|p| p.as_str() == raw);
             assert_eq!(DocPath::canonical(raw).is_ok(), same, "{raw:?}");
         }
+    }
+
+    #[test]
+    fn new_paths_refuse_separators() {
+        for bad in [
+            "/a\u{2028}b.md",
+            "/a\u{2029}.md",
+            "/n\u{85}.md",
+            "/b\u{feff}.md",
+            "/c\u{80}.md",
+        ] {
+            assert!(check_new(bad).is_err(), "{bad:?}");
+            // Still a canonical path to read.
+            assert!(DocPath::canonical(bad).is_ok(), "{bad:?}");
+        }
+        assert_eq!(check_new("/notes/é ✓.md"), Ok(()));
     }
 
     #[test]

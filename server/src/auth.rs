@@ -323,6 +323,16 @@ impl PathPattern {
             });
         }
         let segments: Vec<&str> = body.split('/').collect();
+        // Canonical paths have none of these, so such a pattern would silently match nothing
+        // (`/private//**` protecting nothing).
+        if segments
+            .iter()
+            .any(|segment| segment.is_empty() || *segment == "." || *segment == "..")
+        {
+            return Err(format!(
+                "pattern {text:?} has an empty, . or .. segment, so it could never match a path"
+            ));
+        }
         let doubles: Vec<usize> = segments
             .iter()
             .enumerate()
@@ -811,6 +821,17 @@ impl Authorizer {
             .map(|token| token.label.clone())
     }
 
+    /// The label of the valid (known, unexpired) token `secret` is, whatever it grants: the
+    /// client a request counts against in the limits.
+    pub fn label_of(&self, secret: Option<&str>, now: SystemTime) -> Option<Arc<str>> {
+        let secret = secret.filter(|secret| !secret.is_empty())?;
+        let store = self.tokens.as_ref()?.current();
+        store
+            .find(secret)
+            .filter(|token| !token.is_expired(now))
+            .map(|token| token.label.clone())
+    }
+
     /// Checks a read of `path`.
     pub fn authorize_read(
         &self,
@@ -1210,6 +1231,11 @@ expires = 2027-01-01T00:00:00+01:00
     #[test]
     fn refuses_malformed_patterns() {
         for pattern in [
+            "/private//**",
+            "//x.md",
+            "/a/./b.md",
+            "/a/../b.md",
+            "/a//",
             "",
             "docs",
             "*",

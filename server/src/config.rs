@@ -12,8 +12,12 @@
 //! quic = "127.0.0.1:6309"              # Mark protocol over QUIC (UDP)
 //! http = "127.0.0.1:6309"              # HTTP gateway (TCP)
 //! max_incoming_streams = 128           # concurrent QUIC streams per connection
-//! idle_timeout = "30s"
+//! idle_timeout = "30s"                 # QUIC: close a connection this long without traffic
 //! shutdown_timeout = "10s"             # how long a shutdown drains requests
+//! max_quic_connections = 4096          # QUIC connections open at once
+//! max_http_connections = 4096          # HTTP connections open at once
+//! http_header_timeout = "10s"          # to send a request's headers; closes idle keep-alives
+//! http_body_timeout = "30s"            # to send a request's body once admitted
 //!
 //! [tls]                                # optional: without it, a self-signed development
 //! cert = "cert.pem"                    # certificate is generated at start
@@ -43,7 +47,7 @@
 //! # development_token = true           # instead: print a publish-everywhere token at start
 //!
 //! [worlds.limits]                      # see `crate::limits::LimitSettings`
-//! requests_per_second = 50
+//! requests_per_second = 5000           # the world's; client_requests_per_second: each client's
 //!
 //! [worlds.policy]                      # the world's publish policy document
 //! enforce = true                       # judge writes against it when it exists
@@ -282,6 +286,17 @@ pub struct ListenConfig {
     /// How long a shutdown waits for requests in flight.
     #[serde(deserialize_with = "duration")]
     pub shutdown_timeout: Duration,
+    /// QUIC connections open at once.
+    pub max_quic_connections: NonZeroU32,
+    /// HTTP connections open at once.
+    pub max_http_connections: NonZeroU32,
+    /// How long an HTTP client may take to send a request's headers (and how long an idle
+    /// keep-alive connection stays open).
+    #[serde(deserialize_with = "duration")]
+    pub http_header_timeout: Duration,
+    /// How long an HTTP client may take to send an admitted request's body.
+    #[serde(deserialize_with = "duration")]
+    pub http_body_timeout: Duration,
 }
 
 impl Default for ListenConfig {
@@ -292,6 +307,49 @@ impl Default for ListenConfig {
             max_incoming_streams: NonZeroU32::new(128).expect("non-zero"),
             idle_timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(10),
+            max_quic_connections: NonZeroU32::new(4096).expect("non-zero"),
+            max_http_connections: NonZeroU32::new(4096).expect("non-zero"),
+            http_header_timeout: Duration::from_secs(10),
+            http_body_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ListenConfig {
+    /// Checks the durations: none may be zero (`idle_timeout = "0s"` would turn QUIC idle
+    /// timeouts off) or beyond [`crate::limits::MAX_WAIT`].
+    fn validate(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("idle_timeout", self.idle_timeout),
+            ("shutdown_timeout", self.shutdown_timeout),
+            ("http_header_timeout", self.http_header_timeout),
+            ("http_body_timeout", self.http_body_timeout),
+        ] {
+            if value.is_zero() || value > crate::limits::MAX_WAIT {
+                return Err(format!(
+                    "[listen] {name} {value:?} must be above zero and at most a day"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The listeners that serve beyond this machine (not on a loopback address), by
+    /// transport: where a world with a development token must not go unnoticed.
+    pub fn beyond_loopback(&self) -> Vec<(&'static str, SocketAddr)> {
+        [("HTTP", self.http), ("QUIC", self.quic)]
+            .into_iter()
+            .filter(|(_, address)| !address.ip().is_loopback())
+            .collect()
+    }
+
+    /// The HTTP gateway's transport settings.
+    pub fn http_settings(&self) -> crate::http::HttpSettings {
+        crate::http::HttpSettings {
+            header_timeout: self.http_header_timeout,
+            body_timeout: self.http_body_timeout,
+            max_connections: usize::try_from(self.max_http_connections.get()).unwrap_or(usize::MAX),
+            shutdown_timeout: self.shutdown_timeout,
         }
     }
 }
@@ -582,6 +640,7 @@ impl ConfigFile {
         if self.worlds.is_empty() {
             return Err("no [[worlds]]: configure at least one world".to_owned());
         }
+        self.listen.validate()?;
         let several = self.worlds.len() > 1;
         let mut names: BTreeMap<WorldName, ()> = BTreeMap::new();
         let mut routes: BTreeMap<Authority, WorldName> = BTreeMap::new();
@@ -621,6 +680,13 @@ impl ConfigFile {
                 }
                 authorities.push(authority);
             }
+            raw.limits.validate().map_err(|why| {
+                format!(
+                    "line {}: world {:?} [worlds.limits]: {why}",
+                    line_of(text, header.start),
+                    name.as_str()
+                )
+            })?;
             worlds.push(WorldConfig {
                 name,
                 authorities,
@@ -631,6 +697,20 @@ impl ConfigFile {
                 max_documents: raw.max_documents,
                 policy: policy(text, raw.policy)?,
             });
+        }
+        // A world's name also routes to it (`Worlds::for_host`): it may not be another
+        // world's authority, or which world a name chooses would depend on their order.
+        for world in &worlds {
+            if let Ok(as_authority) = Authority::parse(world.name.as_str())
+                && let Some(owner) = routes.get(&as_authority)
+                && owner != &world.name
+            {
+                return Err(format!(
+                    "world name {:?} is also an authority of world {:?}; a world's name routes to it",
+                    world.name.as_str(),
+                    owner.as_str()
+                ));
+            }
         }
         Ok(Config {
             listen: self.listen,
@@ -820,6 +900,10 @@ http = "127.0.0.1:8080"
 max_incoming_streams = 64
 idle_timeout = "45s"
 shutdown_timeout = "5s"
+max_quic_connections = 100
+max_http_connections = 200
+http_header_timeout = "3s"
+http_body_timeout = "7s"
 
 [tls]
 cert = "/etc/quire/cert.pem"
@@ -846,6 +930,7 @@ tokens_file = "tokens.toml"
 [worlds.limits]
 requests_per_second = 20
 burst = 40
+client_requests_per_second = 10
 
 [worlds.policy]
 required = true
@@ -949,6 +1034,10 @@ root = "./notes"
                 max_incoming_streams: NonZeroU32::new(64).unwrap(),
                 idle_timeout: Duration::from_secs(45),
                 shutdown_timeout: Duration::from_secs(5),
+                max_quic_connections: NonZeroU32::new(100).unwrap(),
+                max_http_connections: NonZeroU32::new(200).unwrap(),
+                http_header_timeout: Duration::from_secs(3),
+                http_body_timeout: Duration::from_secs(7),
             }
         );
         assert_eq!(
@@ -984,7 +1073,8 @@ root = "./notes"
         assert!(!docs.auth.development_token);
         assert_eq!(docs.limits.requests_per_second.get(), 20);
         assert_eq!(docs.limits.burst.get(), 40);
-        assert_eq!(docs.limits.max_concurrent_requests.get(), 32);
+        assert_eq!(docs.limits.client_requests_per_second.get(), 10);
+        assert_eq!(docs.limits.max_concurrent_requests.get(), 256);
         assert_eq!(
             docs.policy,
             PolicyConfig {
@@ -1336,6 +1426,61 @@ root = "./notes"
         assert_eq!(
             error.detail(),
             "no [[worlds]]: configure at least one world"
+        );
+    }
+
+    #[test]
+    fn a_world_name_may_not_be_another_worlds_authority() {
+        let text = "[[worlds]]\nname = \"docs\"\nauthorities = [\"docs.example.com\"]\nbackend = { kind = \"file\", root = \"a\" }\n\n[[worlds]]\nname = \"notes\"\nauthorities = [\"docs\"]\nbackend = { kind = \"file\", root = \"b\" }\n";
+        let error = parse(text).unwrap_err();
+        assert!(
+            error
+                .detail()
+                .contains("\"docs\" is also an authority of world \"notes\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn listeners_beyond_loopback_are_named() {
+        let mut listen = ListenConfig::default();
+        assert!(listen.beyond_loopback().is_empty());
+        listen.http = "0.0.0.0:6309".parse().unwrap();
+        listen.quic = "[::1]:6309".parse().unwrap();
+        assert_eq!(listen.beyond_loopback(), [("HTTP", listen.http)]);
+    }
+
+    #[test]
+    fn refuses_durations_and_limits_that_cannot_work() {
+        let world = with_backend("kind = \"bucket\"\ndriver = \"memory\"\n");
+        for (listen, mentions) in [
+            ("idle_timeout = \"0s\"", "idle_timeout"),
+            ("http_header_timeout = \"0s\"", "http_header_timeout"),
+            ("http_body_timeout = \"300000000000y\"", "http_body_timeout"),
+            ("shutdown_timeout = \"0s\"", "shutdown_timeout"),
+        ] {
+            let error = parse(&format!("[listen]\n{listen}\n\n{world}")).unwrap_err();
+            assert!(error.detail().contains(mentions), "{listen}: {error}");
+        }
+        for (limits, mentions) in [
+            ("request_timeout = \"0s\"", "request_timeout"),
+            ("request_timeout = \"300000000000y\"", "request_timeout"),
+            (
+                "max_concurrent_requests = 4\nclient_concurrent_requests = 4",
+                "one client could take every slot",
+            ),
+        ] {
+            assert_refused(
+                &format!("{world}\n[worlds.limits]\n{limits}\n"),
+                1,
+                mentions,
+            );
+        }
+        assert!(
+            parse(&format!(
+                "{world}\n[worlds.limits]\nrequest_timeout = \"1d\"\n"
+            ))
+            .is_ok()
         );
     }
 

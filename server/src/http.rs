@@ -5,25 +5,38 @@
 //! WATCH is `GET /path?watch`: a refusal is an ordinary response; an open watch is a `200`
 //! whose streamed body is the Mark block stream itself, block by block. When the server
 //! shuts down, open watches end with `closing` so the drain can finish.
+//!
+//! Transport: HTTP/1.1 only (no HTTP/2, cleartext or not), served by [`serve_with`]'s own
+//! accept loop so every connection has the limits of [`HttpSettings`]: a header-read
+//! timeout (which also closes an idle keep-alive connection), a body-read timeout, and a
+//! cap on open connections. A request is admitted by its world's limits before its body is
+//! read, and a body announced over the limit is refused unread.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request as HttpRequest, State};
+use axum::extract::{ConnectInfo, Request as HttpRequest, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::get;
 use futures::StreamExt;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use quire_log::metadata::CONTROL_KEYS;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
 
 use crate::handlers::{self, RETRY_AFTER_KEY, WatchContext};
 use crate::mark::{MAX_BODY, Request, Response, Status, Verb};
@@ -39,7 +52,36 @@ pub const EXPECTED_VERSION_HEADER: &str = "expected-version";
 /// The content type of a WATCH response body: Mark blocks, one after another.
 pub const WATCH_CONTENT_TYPE: &str = "application/x-mark-watch";
 
-/// Query parameters passed to the handlers as request metadata.
+/// The most a connection buffers while reading a request's headers.
+pub const MAX_HEADER_BUFFER: usize = 64 * 1024;
+
+/// The gateway's transport limits (`[listen]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// How long a client may take to send a request's headers, counted from the end of the
+    /// previous response on a kept-alive connection: an idle connection is closed after it.
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's body once it is admitted.
+    pub body_timeout: Duration,
+    /// Connections open at once; a connection beyond is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// How long a shutdown waits for requests in flight.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Query parameters passed to the handlers of read verbs and WATCH as request metadata
+/// (never to writes: publisher metadata comes only from `Meta-*` headers).
 const QUERY_KEYS: [&str; 9] = [
     "page-size",
     "cursor",
@@ -141,6 +183,7 @@ struct Gateway {
     metrics: Arc<Metrics>,
     /// Cancelled when the server shuts down: open watches end.
     draining: CancellationToken,
+    body_timeout: Duration,
 }
 
 /// The gateway's routes over `worlds`, with their own metrics.
@@ -156,11 +199,15 @@ pub fn gateway_router(
     recorder: Arc<Metrics>,
     draining: CancellationToken,
 ) -> Router {
-    let gateway = Gateway {
+    routes(Gateway {
         metrics: recorder,
         worlds,
         draining,
-    };
+        body_timeout: HttpSettings::default().body_timeout,
+    })
+}
+
+fn routes(gateway: Gateway) -> Router {
     Router::new()
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -169,35 +216,110 @@ pub fn gateway_router(
         .with_state(gateway)
 }
 
-/// Serves the gateway on `listener` until `shutdown` completes, then ends open watches and
-/// drains open requests.
+/// Serves the gateway on `listener` with the default [`HttpSettings`] until `shutdown`
+/// completes, then ends open watches and drains open requests.
 pub async fn serve(
     listener: TcpListener,
     worlds: Arc<Worlds>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let metrics = Arc::new(Metrics::for_worlds(worlds.clone()));
-    serve_with_metrics(listener, worlds, metrics, shutdown).await
+    serve_with(listener, worlds, metrics, HttpSettings::default(), shutdown).await
 }
 
-/// [`serve`], recording into `metrics` (shared with the QUIC listener).
-pub async fn serve_with_metrics(
+/// [`serve`] with `settings`, recording into `metrics` (shared with the QUIC listener).
+pub async fn serve_with(
     listener: TcpListener,
     worlds: Arc<Worlds>,
     metrics: Arc<Metrics>,
+    settings: HttpSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let draining = CancellationToken::new();
-    let signal = {
-        let draining = draining.clone();
-        async move {
-            shutdown.await;
-            draining.cancel();
+    let router = routes(Gateway {
+        worlds,
+        metrics,
+        draining: draining.clone(),
+        body_timeout: settings.body_timeout,
+    });
+    let connections = TaskTracker::new();
+    let slots = Arc::new(Semaphore::new(settings.max_connections.max(1)));
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of descriptors or a connection reset before it was accepted: the
+                    // listener itself is fine, and the cap frees descriptors as
+                    // connections end.
+                    tracing::warn!(%error, "HTTP accept failed");
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "HTTP connection refused: at the connection cap");
+            drop(stream);
+            continue;
+        };
+        connections.spawn(serve_connection(
+            stream,
+            peer,
+            router.clone(),
+            settings.header_timeout,
+            draining.clone(),
+            slot,
+        ));
+    }
+    draining.cancel();
+    connections.close();
+    if tokio::time::timeout(settings.shutdown_timeout, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout = ?settings.shutdown_timeout,
+            "HTTP connections still open at the end of the shutdown timeout"
+        );
+    }
+    Ok(())
+}
+
+/// One HTTP/1.1 connection, until the client closes it, a timeout does, or the drain
+/// finishes its last response.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    header_timeout: Duration,
+    draining: CancellationToken,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        router.clone().oneshot(request)
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .max_buf_size(MAX_HEADER_BUFFER)
+        .keep_alive(true);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let ended = tokio::select! {
+        ended = connection.as_mut() => ended,
+        () = draining.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
         }
     };
-    axum::serve(listener, gateway_router(worlds, metrics, draining))
-        .with_graceful_shutdown(signal)
-        .await
+    if let Err(error) = ended {
+        tracing::debug!(%error, %peer, "HTTP connection ended");
+    }
 }
 
 async fn readyz(State(gateway): State<Gateway>) -> HttpResponse {
@@ -222,6 +344,10 @@ async fn metrics(State(gateway): State<Gateway>) -> HttpResponse {
 async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> HttpResponse {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip());
     let host = host_name(&parts.headers, parts.uri.authority().map(|a| a.host()));
     let Some(world) = gateway.worlds.for_host(&host) else {
         return plain(
@@ -229,7 +355,10 @@ async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> 
             "no world is served at this host\n",
         );
     };
-    let query: Vec<(String, String)> = parts.uri.query().map(url_pairs).unwrap_or_default();
+    let query = match parts.uri.query().map(url_pairs).transpose() {
+        Ok(query) => query.unwrap_or_default(),
+        Err(why) => return refuse(Status::BadRequest, &why),
+    };
     // Browsers (`Accept: text/html`, the event stream, the page's assets): see `crate::web`.
     if let Some(page) = crate::web::respond(
         &world,
@@ -238,6 +367,7 @@ async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> 
         &parts.headers,
         &query,
         &gateway.draining,
+        peer,
     )
     .await
     {
@@ -265,32 +395,25 @@ async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> 
         }
         _ => return plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
     };
-    let body = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(body) => body,
-        Err(_) => {
-            let response = Response::error(Status::ServerError, "content exceeds size limit");
-            gateway
-                .metrics
-                .observe(&world.name, verb, response.status, started);
-            return to_http(response, StatusCode::PAYLOAD_TOO_LARGE);
+    let answer = |response: Response, code: StatusCode| {
+        gateway
+            .metrics
+            .observe(&world.name, verb, response.status, started);
+        to_http(response, code)
+    };
+    let mark = match mark_request(verb, parts.uri.path(), &query, &parts.headers) {
+        Ok(mark) => mark,
+        Err(why) => {
+            return answer(
+                Response::error(Status::BadRequest, &why),
+                StatusCode::BAD_REQUEST,
+            );
         }
     };
-    let path = percent_encoding::percent_decode_str(parts.uri.path())
-        .decode_utf8_lossy()
-        .into_owned();
-    if let Err(why) = crate::mark::wire::validate_path(&path) {
-        return plain(StatusCode::BAD_REQUEST, &format!("{why}\n"));
-    }
-    let mut mark = Request::new(verb, path).with_body(body);
-    for (key, value) in &query {
-        if QUERY_KEYS.contains(&key.as_str()) {
-            mark.metadata.insert(key.clone(), value.clone());
-        }
-    }
-    copy_headers(&parts.headers, &mut mark);
     if verb == Verb::Watch {
         let context = WatchContext {
             connection: None,
+            peer,
             draining: gateway.draining.clone(),
         };
         return match handlers::open_watch(world.clone(), mark, &context).await {
@@ -301,38 +424,132 @@ async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> 
                 watch_response(watch)
             }
             Err(response) => {
-                gateway
-                    .metrics
-                    .observe(&world.name, verb, response.status, started);
                 let code = status_code(&response);
-                to_http(response, code)
+                answer(response, code)
             }
         };
     }
-    let response = handlers::handle(&world, mark).await;
-    gateway
-        .metrics
-        .observe(&world.name, verb, response.status, started);
+    if announced_length(&parts.headers).is_some_and(|length| length > MAX_BODY as u64) {
+        return answer(too_large(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+    // Admitted before the body is read: a refused request costs no buffering.
+    let admission = match handlers::admit(&world, &mark, peer).await {
+        Ok(admission) => admission,
+        Err(response) => {
+            let code = status_code(&response);
+            return answer(response, code);
+        }
+    };
+    // Only writes carry a body; any other request's is left unread (the connection is
+    // then not reused).
+    let mark = if verb.is_write() {
+        match read_body(body, gateway.body_timeout).await {
+            Ok(bytes) => mark.with_body(bytes),
+            Err(BodyError::TooLarge) => return answer(too_large(), StatusCode::PAYLOAD_TOO_LARGE),
+            Err(BodyError::TimedOut) => {
+                let response = Response::error(
+                    Status::BadRequest,
+                    "the request body did not arrive in time",
+                );
+                return answer(response, StatusCode::REQUEST_TIMEOUT);
+            }
+            Err(BodyError::Failed) => {
+                let response =
+                    Response::error(Status::BadRequest, "the request body could not be read");
+                return answer(response, StatusCode::BAD_REQUEST);
+            }
+        }
+    } else {
+        mark
+    };
+    let response = handlers::handle_admitted(&world, mark, admission).await;
+    let code = status_code(&response);
+    answer(response, code)
+}
+
+/// The Mark request an HTTP request maps to, without its body; the error says what is
+/// wrong with it.
+fn mark_request(
+    verb: Verb,
+    raw_path: &str,
+    query: &[(String, String)],
+    headers: &HeaderMap,
+) -> Result<Request, String> {
+    let path = percent_encoding::percent_decode_str(raw_path)
+        .decode_utf8()
+        .map_err(|_| "the path is not valid UTF-8 once percent-decoded".to_owned())?
+        .into_owned();
+    crate::mark::wire::validate_path(&path)?;
+    let mut mark = Request::new(verb, path);
+    if !verb.is_write() {
+        for (key, value) in query {
+            if QUERY_KEYS.contains(&key.as_str()) {
+                mark.metadata.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    copy_headers(headers, &mut mark)?;
+    Ok(mark)
+}
+
+fn too_large() -> Response {
+    Response::error(Status::ServerError, "content exceeds size limit")
+}
+
+/// A refusal before any world is involved.
+fn refuse(status: Status, why: &str) -> HttpResponse {
+    let response = Response::error(status, why);
     let code = status_code(&response);
     to_http(response, code)
 }
 
-fn url_pairs(query: &str) -> Vec<(String, String)> {
+/// The `Content-Length` a request announces, if any.
+fn announced_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Why a request body was not read.
+#[derive(Debug)]
+enum BodyError {
+    TooLarge,
+    TimedOut,
+    /// The client went away or sent a broken body.
+    Failed,
+}
+
+/// The whole body, at most [`MAX_BODY`] bytes, within `timeout`.
+async fn read_body(body: Body, timeout: Duration) -> Result<bytes::Bytes, BodyError> {
+    let limited = Limited::new(body, MAX_BODY);
+    match tokio::time::timeout(timeout, limited.collect()).await {
+        Err(_elapsed) => Err(BodyError::TimedOut),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error)) if error.is::<LengthLimitError>() => Err(BodyError::TooLarge),
+        Ok(Err(_)) => Err(BodyError::Failed),
+    }
+}
+
+/// The query's pairs, percent-decoded (`+` is a space); invalid UTF-8 is refused, never
+/// replaced, so two spellings never name one thing.
+fn url_pairs(query: &str) -> Result<Vec<(String, String)>, String> {
     query
         .split('&')
         .filter(|pair| !pair.is_empty())
         .map(|pair| {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (decode_component(key), decode_component(value))
+            Ok((decode_component(key)?, decode_component(value)?))
         })
         .collect()
 }
 
-fn decode_component(text: &str) -> String {
+fn decode_component(text: &str) -> Result<String, String> {
     let spaced = text.replace('+', " ");
     percent_encoding::percent_decode_str(&spaced)
-        .decode_utf8_lossy()
-        .into_owned()
+        .decode_utf8()
+        .map(|decoded| decoded.into_owned())
+        .map_err(|_| "the query is not valid UTF-8 once percent-decoded".to_owned())
 }
 
 /// The host name (no port) from the Host header, or the request target's authority.
@@ -350,13 +567,13 @@ fn host_name(headers: &HeaderMap, authority: Option<&str>) -> String {
     without_port.to_ascii_lowercase()
 }
 
-/// Auth, conditionals, expected version and publisher metadata from the headers.
-fn copy_headers(headers: &HeaderMap, mark: &mut Request) {
+/// Auth, conditionals, expected version and publisher metadata from the headers. A
+/// `Meta-*` header naming a control key, or whose value is not UTF-8, is refused: metadata
+/// never steers the request.
+fn copy_headers(headers: &HeaderMap, mark: &mut Request) -> Result<(), String> {
     let text = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(token) = text(&header::AUTHORIZATION)
-        .and_then(|v| v.strip_prefix("Bearer ").or(v.strip_prefix("bearer ")))
-    {
-        mark.metadata.insert("auth".into(), token.trim().to_owned());
+    if let Some(token) = text(&header::AUTHORIZATION).and_then(bearer_token) {
+        mark.metadata.insert("auth".into(), token.to_owned());
     }
     let writes = matches!(mark.verb, Verb::Publish | Verb::Append);
     if let Some(tag) = text(&header::IF_NONE_MATCH) {
@@ -380,13 +597,29 @@ fn copy_headers(headers: &HeaderMap, mark: &mut Request) {
             mark.metadata.insert("expected-version".into(), expected);
         }
         for (name, value) in headers {
-            if let Some(key) = name.as_str().strip_prefix(META_HEADER_PREFIX)
-                && let Ok(value) = value.to_str()
-            {
-                mark.metadata.insert(key.to_owned(), value.to_owned());
+            let Some(key) = name.as_str().strip_prefix(META_HEADER_PREFIX) else {
+                continue;
+            };
+            if CONTROL_KEYS.contains(&key) {
+                return Err(format!(
+                    "Meta-{key}: {key} steers the request and is not metadata"
+                ));
             }
+            let value = std::str::from_utf8(value.as_bytes())
+                .map_err(|_| format!("the value of Meta-{key} is not UTF-8"))?;
+            mark.metadata.insert(key.to_owned(), value.to_owned());
         }
     }
+    Ok(())
+}
+
+/// The token of an `Authorization: Bearer <token>` value (the scheme in any case).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|token| !token.is_empty())
 }
 
 fn unquote(tag: &str) -> String {
@@ -427,13 +660,16 @@ fn to_http(response: Response, code: StatusCode) -> HttpResponse {
             headers.insert(name, value);
         }
     };
+    // The status comes only from the response's status, never from a metadata key.
+    for (key, value) in &response.metadata {
+        if key != "status" {
+            put(format!("{MARK_HEADER_PREFIX}{key}"), value);
+        }
+    }
     put(
         format!("{MARK_HEADER_PREFIX}status"),
         response.status.as_str(),
     );
-    for (key, value) in &response.metadata {
-        put(format!("{MARK_HEADER_PREFIX}{key}"), value);
-    }
     if let Some(etag) = response.metadata.get("etag") {
         put("etag".into(), &format!("\"{etag}\""));
     }

@@ -15,8 +15,9 @@
 //! - [`reload`]: what SIGHUP reloads (certificates and tokens files).
 //! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
 //!   read rules) and the reloadable per-world token set.
-//! - [`limits`]: per-world admission (concurrent requests, requests per second with burst,
-//!   open watches) and per-connection watch slots, with retry hints.
+//! - [`limits`]: per-world admission, per client (token label, else peer address) with the
+//!   world's caps as a backstop (concurrent requests in a short queue, requests per second
+//!   with burst, open watches) and per-connection watch slots, with retry hints.
 //! - [`config`]: the strict TOML configuration (listeners, TLS, worlds with their backend,
 //!   authorities, tokens, limits and publish policy) and the embedded default.
 //! - [`policy`]: the publish policy document and the store decorator that enforces it.
@@ -32,6 +33,12 @@
 //! - [`world_tools`]: `quire world verify | export | import` over one configured world.
 //!
 //! Both transports serve every verb, WATCH included.
+//!
+//! Invariants against hostile input: every verb judges and serves one canonical path, and
+//! decides read auth before asking the store whether anything exists there; a document's
+//! metadata never fills a protocol key of a response; what a write stores reads back on
+//! every transport; every connection and request is bounded in time and memory
+//! (docs/SPEC.md, "Limits"), and nothing a client or a document sends panics the server.
 
 pub mod auth;
 pub mod config;

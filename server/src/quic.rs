@@ -7,6 +7,12 @@
 //! A WATCH stream stays open and carries the watch's blocks (`handlers::watch`); each
 //! connection may hold watches on at most half its streams.
 //!
+//! Memory: a connection's unread data is bounded by its flow-control windows
+//! ([`CONNECTION_RECEIVE_WINDOW`] in all, [`STREAM_RECEIVE_WINDOW`] per stream), and at most
+//! [`READING_STREAMS`] of its streams are read into requests at once, each at most the
+//! codec's limits; datagrams are refused. At most `max_connections` connections are open;
+//! past half of them, a client must prove its address (a Retry) before its handshake runs.
+//!
 //! Shutdown stops accepting connections and streams, ends open watches with `closing`, lets
 //! the streams in flight finish (for at most the shutdown timeout), then closes the
 //! endpoint.
@@ -36,6 +42,13 @@ pub const CLOSE_SHUTDOWN: u32 = 0;
 pub const CLOSE_UNKNOWN_WORLD: u32 = 1;
 /// The code a stream's receive side is stopped with once its request was refused.
 const STOP_REFUSED: u32 = 0;
+/// Bytes a connection may have in flight to the server, unread, over all its streams.
+pub const CONNECTION_RECEIVE_WINDOW: u32 = 2 * 1024 * 1024;
+/// Bytes one stream may have in flight to the server, unread.
+pub const STREAM_RECEIVE_WINDOW: u32 = 256 * 1024;
+/// Streams of one connection read into requests at once; the others wait, their data held
+/// back by flow control.
+pub const READING_STREAMS: usize = 4;
 
 /// The listener's transport settings (`[listen]`).
 #[derive(Clone, Debug)]
@@ -46,6 +59,8 @@ pub struct QuicSettings {
     pub idle_timeout: Duration,
     /// How long a shutdown waits for streams in flight.
     pub shutdown_timeout: Duration,
+    /// Connections open at once; more are refused.
+    pub max_connections: usize,
 }
 
 impl From<&ListenConfig> for QuicSettings {
@@ -55,6 +70,8 @@ impl From<&ListenConfig> for QuicSettings {
             max_incoming_streams: listen.max_incoming_streams.get(),
             idle_timeout: listen.idle_timeout,
             shutdown_timeout: listen.shutdown_timeout,
+            max_connections: usize::try_from(listen.max_quic_connections.get())
+                .unwrap_or(usize::MAX),
         }
     }
 }
@@ -79,7 +96,10 @@ pub fn bind(
                 .idle_timeout
                 .try_into()
                 .map_err(std::io::Error::other)?,
-        ));
+        ))
+        .receive_window(VarInt::from_u32(CONNECTION_RECEIVE_WINDOW))
+        .stream_receive_window(VarInt::from_u32(STREAM_RECEIVE_WINDOW))
+        .datagram_receive_buffer_size(None);
     config.transport_config(Arc::new(transport));
     Endpoint::server(config, settings.address)
 }
@@ -96,12 +116,28 @@ pub async fn serve(
     let shutdown_timeout = settings.shutdown_timeout;
     let streams = TaskTracker::new();
     let stop = CancellationToken::new();
+    let max_connections = settings.max_connections.max(1);
+    let connections = Arc::new(tokio::sync::Semaphore::new(max_connections));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             incoming = endpoint.accept() => {
                 let Some(incoming) = incoming else { break };
+                let Ok(slot) = connections.clone().try_acquire_owned() else {
+                    tracing::debug!(peer = %incoming.remote_address(), "QUIC connection refused: at the connection cap");
+                    incoming.refuse();
+                    continue;
+                };
+                // Under load, a handshake costs the server work only for a client that
+                // proved it receives at its address.
+                let busy = connections.available_permits() < max_connections / 2;
+                if busy && !incoming.remote_address_validated() && incoming.may_retry() {
+                    if let Err(error) = incoming.retry() {
+                        tracing::debug!(%error, "QUIC retry failed");
+                    }
+                    continue;
+                }
                 let server = ConnectionServer {
                     max_streams: settings.max_incoming_streams,
                     worlds: worlds.clone(),
@@ -109,7 +145,7 @@ pub async fn serve(
                     streams: streams.clone(),
                     stop: stop.clone(),
                 };
-                streams.spawn(server.run(incoming));
+                streams.spawn(server.run(incoming, slot));
             }
         }
     }
@@ -141,7 +177,7 @@ struct ConnectionServer {
 }
 
 impl ConnectionServer {
-    async fn run(self, incoming: quinn::Incoming) {
+    async fn run(self, incoming: quinn::Incoming, _slot: tokio::sync::OwnedSemaphorePermit) {
         // A handshake still running at shutdown is dropped rather than waited for.
         let handshake = tokio::select! {
             () = self.stop.cancelled() => return,
@@ -161,10 +197,13 @@ impl ConnectionServer {
             );
             return;
         };
+        let peer = connection.remote_address().ip();
         let watches = WatchContext {
             connection: Some(ConnectionWatches::for_stream_limit(self.max_streams)),
+            peer: Some(peer),
             draining: self.stop.clone(),
         };
+        let reading = Arc::new(tokio::sync::Semaphore::new(READING_STREAMS));
         loop {
             tokio::select! {
                 () = self.stop.cancelled() => break,
@@ -174,6 +213,7 @@ impl ConnectionServer {
                             world.clone(),
                             self.metrics.clone(),
                             watches.clone(),
+                            reading.clone(),
                             send,
                             recv,
                         );
@@ -199,18 +239,25 @@ impl ConnectionServer {
     }
 }
 
-/// Reads one request from the stream, answers it, and finishes the stream.
+/// Reads one request from the stream (holding one of the connection's `reading` slots),
+/// answers it, and finishes the stream.
 async fn answer(
     world: Arc<World>,
     metrics: Arc<Metrics>,
     watches: WatchContext,
+    reading: Arc<tokio::sync::Semaphore>,
     mut send: SendStream,
     mut recv: RecvStream,
 ) {
     let started = Instant::now();
     let timeout = world.limiter.request_timeout();
-    let read =
-        tokio::time::timeout(timeout, read_request(&mut recv, RequestLimits::default())).await;
+    let peer = watches.peer;
+    let read = tokio::time::timeout(timeout, async {
+        // The semaphore is never closed.
+        let _reading = reading.acquire().await.ok();
+        read_request(&mut recv, RequestLimits::default()).await
+    })
+    .await;
     let response = match read {
         Ok(Ok(request)) if request.verb == Verb::Watch => {
             match handlers::open_watch(world.clone(), request, &watches).await {
@@ -234,7 +281,7 @@ async fn answer(
         }
         Ok(Ok(request)) => {
             let verb = request.verb;
-            let response = handlers::handle(&world, request).await;
+            let response = handlers::handle_from(&world, request, peer).await;
             metrics.observe(&world.name, verb, response.status, started);
             response
         }

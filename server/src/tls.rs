@@ -304,8 +304,7 @@ fn write_development_certificate(
     };
     std::fs::create_dir_all(dir)
         .map_err(|error| Error::new(Op::Write, &dir_key, ErrorKind::Io, error.to_string()))?;
-    write(key, &key_pair.serialize_pem())?;
-    restrict_to_owner(key)?;
+    write_private(key, &key_pair.serialize_pem())?;
     write(cert, &certificate.pem())?;
     tracing::info!(
         cert = %cert.display(),
@@ -315,22 +314,43 @@ fn write_development_certificate(
     Ok(())
 }
 
-#[cfg(unix)]
-fn restrict_to_owner(path: &Path) -> Result<(), Error> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|error| {
+/// Writes a private key readable by its owner only: created with mode 0600 under a fresh
+/// name (never through an existing file or symbolic link), then renamed over `path`, which
+/// replaces a link at `path` rather than writing where it points.
+fn write_private(path: &Path, text: &str) -> Result<(), Error> {
+    use std::io::Write as _;
+    let failed = |at: &Path, error: std::io::Error| {
         Error::new(
             Op::Write,
-            path.display().to_string(),
+            at.display().to_string(),
             ErrorKind::Io,
             error.to_string(),
         )
-    })
-}
-
-#[cfg(not(unix))]
-fn restrict_to_owner(_path: &Path) -> Result<(), Error> {
-    Ok(())
+    };
+    let mut fresh = path.as_os_str().to_owned();
+    fresh.push(".new");
+    let fresh = PathBuf::from(fresh);
+    // A leftover of an interrupted write (or a planted link): removed, never followed.
+    match std::fs::remove_file(&fresh) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(failed(&fresh, error)),
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(&fresh)
+        .map_err(|error| failed(&fresh, error))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|error| failed(&fresh, error))?;
+    drop(file);
+    std::fs::rename(&fresh, path).map_err(|error| failed(path, error))
 }
 
 #[cfg(test)]
@@ -339,6 +359,26 @@ mod tests {
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_development_key_is_private_and_never_written_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere.txt");
+        std::fs::write(&elsewhere, "untouched").unwrap();
+        let tls = dir.path().join("tls");
+        std::fs::create_dir_all(&tls).unwrap();
+        let key = tls.join(DEVELOPMENT_KEY_FILE);
+        std::os::unix::fs::symlink(&elsewhere, &key).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, tls.join(format!("{DEVELOPMENT_KEY_FILE}.new")))
+            .unwrap();
+        ServerCertificates::development(&tls, &names(&["docs.test"])).unwrap();
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "untouched");
+        let written = std::fs::symlink_metadata(&key).unwrap();
+        assert!(written.file_type().is_file(), "the link was replaced");
+        assert_eq!(written.permissions().mode() & 0o777, 0o600);
     }
 
     #[test]

@@ -426,14 +426,14 @@ pub async fn export(
         }
         let doc_path = DocPath::parse(path)
             .map_err(|why| Error::new(Op::Export, path, ErrorKind::Store, why.to_string()))?;
-        let target = dir.join(relative_file(&doc_path));
         write_file(
-            &target,
+            dir,
+            &relative_file(&doc_path),
             &render_markdown(current.metadata.as_ref(), &current.content),
         )?;
         report.documents += 1;
         if options.all_versions {
-            let history = dir.join(history_dir(&doc_path));
+            let history = history_dir(&doc_path);
             let versions = view
                 .versions(&ctx, path)
                 .await
@@ -444,6 +444,7 @@ pub async fn export(
                     .await
                     .map_err(|error| store_error(Op::Export, &error))?;
                 write_file(
+                    dir,
                     &history.join(format!("v{}.md", info.version)),
                     &render_markdown(document.metadata.as_ref(), &document.content),
                 )?;
@@ -477,11 +478,50 @@ fn prepare_export_dir(dir: &Path, force: bool) -> Result<(), Error> {
     }
 }
 
-fn write_file(target: &Path, text: &str) -> Result<(), Error> {
+/// Writes `text` to `relative` under the export folder `root`, never through a symbolic
+/// link: a link on the way (a folder or the file itself) is refused, and the file is
+/// written under a fresh name and renamed into place, so a link swapped in meanwhile is
+/// replaced rather than followed.
+fn write_file(root: &Path, relative: &Path, text: &str) -> Result<(), Error> {
+    let mut at = root.to_path_buf();
+    for component in relative.components() {
+        at.push(component);
+        match std::fs::symlink_metadata(&at) {
+            Ok(found) if found.file_type().is_symlink() => {
+                return Err(io_error(
+                    Op::Export,
+                    &at,
+                    "a symbolic link; export never writes through one",
+                ));
+            }
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => break,
+            Err(error) => return Err(io_error(Op::Export, &at, error)),
+        }
+    }
+    let target = root.join(relative);
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent).map_err(|error| io_error(Op::Export, parent, error))?;
     }
-    std::fs::write(target, text).map_err(|error| io_error(Op::Export, target, error))
+    let mut fresh = target.as_os_str().to_owned();
+    fresh.push(".export-new");
+    let fresh = PathBuf::from(fresh);
+    match std::fs::remove_file(&fresh) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(io_error(Op::Export, &fresh, error)),
+    }
+    {
+        use std::io::Write as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&fresh)
+            .map_err(|error| io_error(Op::Export, &fresh, error))?;
+        file.write_all(text.as_bytes())
+            .map_err(|error| io_error(Op::Export, &fresh, error))?;
+    }
+    std::fs::rename(&fresh, &target).map_err(|error| io_error(Op::Export, &target, error))
 }
 
 /// The document's file, relative to the export folder (canonical paths hold no `.`, `..` or
@@ -733,15 +773,49 @@ fn document_path(relative: &Path) -> Result<String, String> {
         .map_err(|why| format!("{path} is not a document path: {why}"))
 }
 
+/// Reads a file the walk found to be a regular file, refusing it if a symbolic link was
+/// swapped in since: what was opened must be the very file at the path, not a link's
+/// target.
+async fn read_regular_file(path: &Path) -> Result<Vec<u8>, String> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read as _;
+        let mut file = std::fs::File::open(&path).map_err(|error| error.to_string())?;
+        let opened = file.metadata().map_err(|error| error.to_string())?;
+        let at_path = std::fs::symlink_metadata(&path).map_err(|error| error.to_string())?;
+        if at_path.file_type().is_symlink() || !same_file(&opened, &at_path) {
+            return Err("the file was replaced by a symbolic link; not followed".to_owned());
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|error| error.to_string())?;
+        Ok(bytes)
+    })
+    .await
+    .map_err(|error| error.to_string())?
+}
+
+#[cfg(unix)]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+#[cfg(not(unix))]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    a.len() == b.len() && a.modified().ok() == b.modified().ok()
+}
+
 async fn import_file(store: &dyn Store, file: &ImportFile) -> Result<Outcome, String> {
-    let bytes = tokio::fs::read(&file.file)
-        .await
-        .map_err(|error| error.to_string())?;
+    let bytes = read_regular_file(&file.file).await?;
     let text = String::from_utf8(bytes).map_err(|_| "the file is not UTF-8".to_owned())?;
     let (meta, body) = parse_markdown(&text)?;
     if body.is_empty() {
         return Err("the body is empty".into());
     }
+    // The same write-time rules as a PUBLISH: what is imported reads back everywhere.
+    quire_log::path::check_new(&file.document).map_err(|why| why.to_string())?;
+    quire_log::metadata::check_new(&meta)?;
     let request = WriteRequest::new(file.document.clone(), body).metadata(meta);
     match store.publish(&Ctx::new(), request).await {
         Ok(document) if document.version == 1 => Ok(Outcome::Created),

@@ -110,6 +110,7 @@ async fn serve_with(
         max_incoming_streams: 16,
         idle_timeout: Duration::from_secs(30),
         shutdown_timeout: Duration::from_secs(10),
+        max_connections: 64,
     };
     let endpoint = quic::bind(&settings, &certificates, worlds.clone()).unwrap();
     let address = endpoint.local_addr().unwrap();

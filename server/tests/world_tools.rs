@@ -452,3 +452,45 @@ async fn import_is_judged_by_the_worlds_publish_policy() {
     );
     view.close();
 }
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_never_writes_through_a_symbolic_link() {
+    let bucket = tempfile::tempdir().unwrap();
+    let source = tempfile::tempdir().unwrap();
+    sample_tree(source.path());
+    let store = open(bucket.path(), Access::Writable).await;
+    import(&store, source.path(), Progress::Hidden)
+        .await
+        .unwrap();
+
+    let out = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let target = out.path().join("export");
+    std::fs::create_dir_all(&target).unwrap();
+    // A folder on the way links outside the export folder.
+    std::os::unix::fs::symlink(outside.path(), target.join("notes")).unwrap();
+    let forced = ExportOptions {
+        force: true,
+        ..ExportOptions::default()
+    };
+    let refused = export(store.as_ref(), &target, forced, Progress::Hidden)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("symbolic link"), "{refused}");
+    assert!(files(outside.path()).is_empty(), "nothing written outside");
+
+    // The file itself is a link.
+    std::fs::remove_file(target.join("notes")).unwrap();
+    let victim = outside.path().join("victim.txt");
+    std::fs::write(&victim, "untouched").unwrap();
+    // (The refused export may have written the top-level file already.)
+    let _ = std::fs::remove_file(target.join("index.md"));
+    std::os::unix::fs::symlink(&victim, target.join("index.md")).unwrap();
+    let refused = export(store.as_ref(), &target, forced, Progress::Hidden)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("symbolic link"), "{refused}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+    store.close().await;
+}

@@ -336,6 +336,15 @@ async fn serve(
             token.secret.as_str()
         );
     }
+    if !development.is_empty() {
+        for (transport, address) in config.listen.beyond_loopback() {
+            let warning = format!(
+                "WARNING: a world with a development token (publish everywhere) is served over {transport} on {address}, beyond this machine; anyone who sees the token can write every document"
+            );
+            eprintln!("{warning}");
+            tracing::warn!("{warning}");
+        }
+    }
     let worlds = Arc::new(worlds);
     let metrics = Arc::new(http::Metrics::for_worlds(worlds.clone()));
     let certificates = Arc::new(server_certificates(&config, config_path.as_deref())?);
@@ -362,10 +371,11 @@ async fn serve(
         settings.clone(),
         until_stopped(stopped.clone()),
     ));
-    let http_server = tokio::spawn(http::serve_with_metrics(
+    let http_server = tokio::spawn(http::serve_with(
         listener,
         worlds.clone(),
         metrics,
+        config.listen.http_settings(),
         until_stopped(stopped),
     ));
     let _ = tokio::signal::ctrl_c().await;

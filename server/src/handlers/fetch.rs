@@ -6,7 +6,10 @@ use quire_log::Hash;
 use quire_log::metadata::{CONTROL_KEYS, RESERVED_KEYS};
 
 use super::list::{self, ListPage};
-use super::{Call, ViewGuard, backend_error, canonical, denied, escape_link, hash_path, not_found};
+use super::{
+    Call, PROTOCOL_KEYS, ViewGuard, backend_error, canonical, denied, escape_link, hash_path,
+    not_found,
+};
 use crate::mark::{Response, Status};
 
 /// The most entries a generated directory listing shows.
@@ -17,23 +20,36 @@ pub(super) async fn fetch(call: &Call<'_>) -> Response {
     let Some(path) = canonical(raw) else {
         return not_found(raw);
     };
+    if let Some(hash) = hash_path(&path) {
+        let view = match call.open_view().await {
+            Ok(view) => view,
+            Err(response) => return response,
+        };
+        return fetch_by_hash(call, &view, &path, hash).await;
+    }
+    // Authorised before the store is asked anything, so a denial says nothing about what
+    // exists. `/a/v1` is a version of `/a` or a child of the directory `/a`: only the store
+    // knows which, so the caller must read both.
+    let pinned = split_version(&path);
+    if let Err(denial) = call.may_read(&path) {
+        return denied(denial);
+    }
+    if let Some((base, _)) = pinned
+        && let Err(denial) = call.may_read(base)
+    {
+        return denied(denial);
+    }
     let view = match call.open_view().await {
         Ok(view) => view,
         Err(response) => return response,
     };
-    if let Some(hash) = hash_path(&path) {
-        return fetch_by_hash(call, &view, &path, hash).await;
-    }
-    if let Some((base, version)) = split_version(&path) {
+    if let Some((base, version)) = pinned {
         match view.is_dir(&call.ctx, base).await {
             Ok(true) => {}
             Ok(false) => return fetch_pinned(call, &view, base, version).await,
             Err(error) if error.kind() == ErrorKind::NotFound => return not_found(&path),
             Err(error) => return backend_error(&error, &path),
         }
-    }
-    if let Err(denial) = call.may_read(&read_auth_path(raw, &path)) {
-        return denied(denial);
     }
     match view.get(&call.ctx, &path, 0).await {
         Ok(document) if document.archived => {
@@ -47,13 +63,15 @@ pub(super) async fn fetch(call: &Call<'_>) -> Response {
     }
 }
 
+/// A content-addressed FETCH: a document the caller may not read answers as an absent one,
+/// so the path cannot confirm a guess at a protected document's body.
 async fn fetch_by_hash(call: &Call<'_>, view: &ViewGuard, path: &str, hash: Hash) -> Response {
     let resolved = match view.lookup_hash(&call.ctx, &hash).await {
         Ok(resolved) => resolved,
         Err(error) => return backend_error(&error, path),
     };
-    if let Err(denial) = call.may_read(resolved.as_str()) {
-        return denied(denial);
+    if call.may_read(resolved.as_str()).is_err() {
+        return not_found(path);
     }
     match view.get(&call.ctx, resolved.as_str(), 0).await {
         Ok(document) if document.archived => not_found(path),
@@ -62,10 +80,8 @@ async fn fetch_by_hash(call: &Call<'_>, view: &ViewGuard, path: &str, hash: Hash
     }
 }
 
+/// A pinned version; the caller may read `base` (checked before).
 async fn fetch_pinned(call: &Call<'_>, view: &ViewGuard, base: &str, version: u64) -> Response {
-    if let Err(denial) = call.may_read(base) {
-        return denied(denial);
-    }
     let document = match view.get(&call.ctx, base, version).await {
         Ok(document) => document,
         Err(error) => return backend_error(&error, &format!("{base}/v{version}")),
@@ -81,8 +97,12 @@ async fn fetch_pinned(call: &Call<'_>, view: &ViewGuard, base: &str, version: u6
     response
 }
 
-/// A path that names nothing as a document: its `index.md`, else its listing.
+/// A path that names nothing as a document: its `index.md`, else its listing. The caller
+/// must read it as a directory, checked before the store is asked whether it is one.
 async fn fetch_directory(call: &Call<'_>, view: &ViewGuard, path: &str) -> Response {
+    if let Err(denial) = call.may_read_directory(path) {
+        return denied(denial);
+    }
     match view.is_dir(&call.ctx, path).await {
         Ok(true) => {}
         Ok(false) => return not_found(path),
@@ -134,7 +154,11 @@ fn serve(call: &Call<'_>, document: &Document) -> Response {
     let mut response = Response::new(Status::Ok);
     if let Some(metadata) = &document.metadata {
         for (key, value) in metadata {
-            if !RESERVED_KEYS.contains(&key.as_str()) && !CONTROL_KEYS.contains(&key.as_str()) {
+            let key_str = key.as_str();
+            if !RESERVED_KEYS.contains(&key_str)
+                && !CONTROL_KEYS.contains(&key_str)
+                && !PROTOCOL_KEYS.contains(&key_str)
+            {
                 response.metadata.insert(key.clone(), value.clone());
             }
         }
@@ -205,14 +229,4 @@ fn split_version(path: &str) -> Option<(&str, u64)> {
     }
     let version: u64 = digits.parse().ok()?;
     (version >= 1 && !digits.starts_with('0')).then_some((base, version))
-}
-
-/// The path read auth judges: canonical, but a request ending in `/` keeps it so directory
-/// patterns apply to listings.
-pub(super) fn read_auth_path(raw: &str, canonical: &str) -> String {
-    if raw.ends_with('/') && canonical != "/" {
-        format!("{canonical}/")
-    } else {
-        canonical.to_owned()
-    }
 }

@@ -5,10 +5,9 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use quire_backend::{DirEntry, ErrorKind, ListOptions};
 
-use super::fetch::read_auth_path;
 use super::{
-    Call, ViewGuard, backend_error, bad_request, canonical, denied, escape_link, hash_path,
-    not_found,
+    Call, ViewGuard, backend_error, bad_request, canonical, denied, escape_link, escape_markdown,
+    hash_path, not_found,
 };
 use crate::mark::{MAX_BODY, Response, Status};
 
@@ -42,7 +41,8 @@ pub(super) async fn list(call: &Call<'_>) -> Response {
             None => return bad_request("invalid cursor"),
         },
     };
-    if let Err(denial) = call.may_read(&read_auth_path(raw, &dir)) {
+    // A directory is judged as one (`/dir/`) however the request spells it.
+    if let Err(denial) = call.may_read_directory(&dir) {
         return denied(denial);
     }
     if hash_path(&dir).is_some() {
@@ -124,18 +124,15 @@ pub(super) async fn read_page(
     } else {
         format!("{dir}/")
     };
-    let mut body = format!("\n# Index of {shown_dir}\n\n");
+    let mut body = format!("\n# Index of {}\n\n", escape_markdown(&shown_dir));
     let mut shown: usize = 0;
     let mut truncated = false;
     for entry in &visible {
+        let shown_name = escape_markdown(&entry.name);
         let line = if entry.is_dir {
-            format!(
-                "- [{}/]({}/)\n",
-                entry.name,
-                escape_link(&entry.name, false)
-            )
+            format!("- [{shown_name}/]({}/)\n", escape_link(&entry.name, false))
         } else {
-            format!("- [{}]({})\n", entry.name, escape_link(&entry.name, false))
+            format!("- [{shown_name}]({})\n", escape_link(&entry.name, false))
         };
         if shown > 0 && body.len() + line.len() + TRUNCATED_NOTE.len() > MAX_BODY {
             truncated = true;

@@ -7,7 +7,7 @@
 use quire_backend::{CatalogQuery, ErrorKind, Filter, MatchMode, SectionHit};
 use quire_index::query::{DEFAULT_LIMIT, MAX_LIMIT, validate_query_text};
 
-use super::{Call, backend_error, bad_request, canonical, not_found};
+use super::{Call, backend_error, bad_request, canonical, denied, escape_markdown, not_found};
 use crate::mark::{Response, Status};
 
 pub(super) async fn lookup(call: &Call<'_>) -> Response {
@@ -40,6 +40,10 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
         Some(Ok(mode)) => mode,
         Some(Err(why)) => return bad_request(&why),
     };
+    // The scope is judged as a directory before the store is asked whether it is one.
+    if let Err(denial) = call.may_read_directory(&scope) {
+        return denied(denial);
+    }
     let view = match call.open_view().await {
         Ok(view) => view,
         Err(response) => return response,
@@ -73,7 +77,9 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
         .collect();
     let body_rows = answered_mode == MatchMode::Body;
     let mut body = format!(
-        "\n# Lookup matches for \"{query}\" in {scope}\n\n| Path | Importance | Title | Tags |"
+        "\n# Lookup matches for \"{}\" in {}\n\n| Path | Importance | Title | Tags |",
+        escape_markdown(query),
+        escape_markdown(&scope)
     );
     body.push_str(if body_rows {
         " Snippet |\n|------|------------|-------|------|---------|\n"
@@ -85,23 +91,24 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
             .importance
             .parse::<f64>()
             .map_or_else(|_| row.importance.clone(), |v| format!("{v:.2}"));
+        // The anchor's `#` is the link's own, so only the parts around it are escaped.
         let (path, title) = match &row.section {
             Some(hit) if !hit.anchor.is_empty() => (
-                format!("{}#{}", row.path, hit.anchor),
-                format!("{} › {}", row.title, hit.heading),
+                format!("{}#{}", cell(row.path.as_str()), cell(&hit.anchor)),
+                cell(&format!("{} › {}", row.title, hit.heading)),
             ),
-            _ => (row.path.to_string(), row.title.clone()),
+            _ => (cell(row.path.as_str()), cell(&row.title)),
         };
         body.push_str(&format!(
             "| {} | {} | {} | {} |",
-            cell(&path),
+            path,
             importance,
-            cell(&title),
+            title,
             cell(&row.tags.join(", "))
         ));
         if body_rows {
             let snippet = row.section.as_ref().map(marked).unwrap_or_default();
-            body.push_str(&format!(" {} |", cell(&snippet)));
+            body.push_str(&format!(" {snippet} |"));
         }
         body.push('\n');
     }
@@ -114,7 +121,7 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
     response
 }
 
-/// A snippet with its query terms in bold.
+/// A snippet as a table cell: its text escaped, its query terms in bold.
 fn marked(hit: &SectionHit) -> String {
     let mut out = String::with_capacity(hit.snippet.len() + 4 * hit.highlights.len());
     let mut at = 0;
@@ -123,16 +130,17 @@ fn marked(hit: &SectionHit) -> String {
         else {
             continue;
         };
-        out.push_str(before);
+        out.push_str(&cell(before));
         out.push_str("**");
-        out.push_str(term);
+        out.push_str(&cell(term));
         out.push_str("**");
         at = end;
     }
-    out.push_str(hit.snippet.get(at..).unwrap_or(""));
+    out.push_str(&cell(hit.snippet.get(at..).unwrap_or("")));
     out
 }
 
+/// A table cell: markup escaped (a `|` never ends the cell early).
 fn cell(text: &str) -> String {
-    text.replace('|', "\\|")
+    escape_markdown(text)
 }

@@ -7,6 +7,17 @@
 //! Order of checks (the reference's): a `..` segment answers `not-found` before anything
 //! else; `FETCH /health` answers at once; then admission (limits), then the verb. Each read
 //! verb opens one read view for the whole request and closes it after.
+//!
+//! Paths: every verb works on the request path's one canonical form
+//! ([`quire_log::path::clean`]): what read auth judges is what is served. A document is
+//! judged by its canonical path, a directory (a listing, a LOOKUP or WATCH scope) by its
+//! canonical path with a trailing `/` ([`directory_form`]). Read auth is decided before the
+//! store is asked whether anything exists there, and a content-addressed path whose
+//! document the caller may not read answers `not-found`, so a caller who may not read a
+//! path cannot tell a protected document from an absent one.
+//!
+//! Documents never become protocol: a response's own keys ([`PROTOCOL_KEYS`]) are refused
+//! as publisher metadata and never copied from a document into a response.
 
 mod fetch;
 mod list;
@@ -15,6 +26,7 @@ pub mod watch;
 mod write;
 
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -22,7 +34,7 @@ use quire_backend::{Ctx, ErrorKind, ReadView, Store};
 use quire_log::Hash;
 
 use crate::auth::{Access, Authorizer, Denial};
-use crate::limits::Limiter;
+use crate::limits::{Admission, ClientKey, Limiter};
 use crate::mark::{Request, Response, Status, Verb};
 
 pub use watch::{Watch, WatchContext, open_watch, serve_watch};
@@ -33,6 +45,32 @@ pub const HEALTH_BODY: &str = "# Health Check\n\nServer is healthy.\n";
 pub const HASH_PATH_PREFIX: &str = "/blake3-";
 /// The response key carrying a rate-limited answer's retry hint, in whole seconds.
 pub const RETRY_AFTER_KEY: &str = "retry-after";
+/// Response keys the protocol sets itself. A publisher may not store them as metadata, and
+/// a document's metadata never fills them in a response (on HTTP each becomes a
+/// `Mark-<key>` header, `retry-after` a `Retry-After`).
+pub const PROTOCOL_KEYS: [&str; 21] = [
+    "status",
+    RETRY_AFTER_KEY,
+    "modified",
+    "etag",
+    "version",
+    "content-hash",
+    "current-version",
+    "entries",
+    "complete",
+    "next-cursor",
+    "total",
+    "current",
+    "chain-valid",
+    "chain-error",
+    "matches",
+    "match",
+    "your-version",
+    "server-version",
+    "archived",
+    "cursor",
+    "previous-hash",
+];
 
 /// One world as the handlers see it: the store behind the contract, its tokens, its limits.
 pub struct World {
@@ -53,21 +91,55 @@ impl fmt::Debug for World {
     }
 }
 
-/// Answers one request against `world`.
+/// Answers one request against `world` from a caller in this process (no peer address):
+/// [`handle_from`] without one.
 pub async fn handle(world: &World, request: Request) -> Response {
+    handle_from(world, request, None).await
+}
+
+/// Answers one request against `world` from `peer`: admission ([`admit`]), then the verb.
+pub async fn handle_from(world: &World, request: Request, peer: Option<IpAddr>) -> Response {
+    match admit(world, &request, peer).await {
+        Ok(admission) => handle_admitted(world, request, admission).await,
+        Err(response) => response,
+    }
+}
+
+/// Who `request` counts against in the limits: the label of the valid token it presents,
+/// else its peer address, else [`ClientKey::Local`].
+pub fn client_of(world: &World, request: &Request, peer: Option<IpAddr>) -> ClientKey {
+    let secret = request.metadata.get("auth").map(String::as_str);
+    match world.auth.label_of(secret, SystemTime::now()) {
+        Some(label) => ClientKey::Token(label),
+        None => peer.map_or(ClientKey::Local, ClientKey::Peer),
+    }
+}
+
+/// The checks before the verb: a `..` segment answers `not-found`, `FETCH /health` at once,
+/// then the world's limits admit the request (it may wait in their short queue) or refuse
+/// it. Needs only the request line and metadata, so a transport may call it before it
+/// reads the body; `Err` is the answer to send.
+pub async fn admit(
+    world: &World,
+    request: &Request,
+    peer: Option<IpAddr>,
+) -> Result<Admission, Response> {
     if has_dot_dot(&request.path) {
-        return not_found(&request.path);
+        return Err(not_found(&request.path));
     }
     if request.verb == Verb::Fetch && request.path == "/health" {
-        return Response::new(Status::Ok).with_body(HEALTH_BODY);
+        return Err(Response::new(Status::Ok).with_body(HEALTH_BODY));
     }
-    let _admission = match world.limiter.admit().await {
-        Ok(admission) => admission,
-        Err(refusal) => {
-            return Response::error(refusal.status(), &refusal.message())
-                .with_meta(RETRY_AFTER_KEY, refusal.retry_after_secs().to_string());
-        }
-    };
+    let client = client_of(world, request, peer);
+    world.limiter.admit(&client).await.map_err(|refusal| {
+        Response::error(refusal.status(), &refusal.message())
+            .with_meta(RETRY_AFTER_KEY, refusal.retry_after_secs().to_string())
+    })
+}
+
+/// Answers an admitted request (the admission is held until the answer is ready).
+pub async fn handle_admitted(world: &World, request: Request, admission: Admission) -> Response {
+    let _admission = admission;
     let ctx = Ctx::with_timeout(world.limiter.request_timeout());
     let call = Call {
         world,
@@ -103,11 +175,16 @@ impl Call<'_> {
         self.request.metadata.get(key).map(String::as_str)
     }
 
-    /// Read authorisation of `path`.
+    /// Read authorisation of `path` exactly as given (an auth form: see [`directory_form`]).
     fn may_read(&self, path: &str) -> Result<Access, Denial> {
         self.world
             .auth
             .authorize_read(self.secret.as_deref(), path, SystemTime::now())
+    }
+
+    /// Read authorisation of the canonical `dir` as a directory.
+    fn may_read_directory(&self, dir: &str) -> Result<Access, Denial> {
+        self.may_read(&directory_form(dir))
     }
 
     async fn open_view(&self) -> Result<ViewGuard, Response> {
@@ -142,6 +219,16 @@ fn has_dot_dot(path: &str) -> bool {
 /// anything.
 fn canonical(path: &str) -> Option<String> {
     quire_log::path::clean(path).ok()
+}
+
+/// The form read auth judges a canonical path in when it names a directory: a trailing `/`
+/// (the root stays `/`), so directory patterns (`/team/`, `/team/**`) cover the bare name.
+pub fn directory_form(canonical: &str) -> String {
+    if canonical == "/" {
+        "/".to_owned()
+    } else {
+        format!("{canonical}/")
+    }
 }
 
 /// The hash a content-addressed path names, when the path has that shape.
@@ -184,13 +271,35 @@ fn backend_error(error: &quire_backend::Error, path: &str) -> Response {
         ErrorKind::SizeLimit => (Status::ServerError, "content exceeds size limit".into()),
         ErrorKind::Quota => (Status::NotPermitted, "document quota exceeded".into()),
         ErrorKind::ReadOnly => (Status::NotPermitted, "server is read-only".into()),
-        ErrorKind::Canceled => (Status::ServerError, "the request timed out".into()),
+        ErrorKind::Canceled => {
+            return Response::error(Status::Unavailable, "the request timed out")
+                .with_meta(RETRY_AFTER_KEY, "1");
+        }
         _ => {
             tracing::warn!(%error, "request failed");
             (Status::ServerError, "internal error".into())
         }
     };
     Response::error(status, &message)
+}
+
+/// `text` with every character markdown could read as markup backslash-escaped, so a
+/// name, title or query shown in a generated body is only ever text (no link, emphasis,
+/// HTML or table cell of its own); line breaks become spaces.
+fn escape_markdown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '(' | ')' | '<' | '>' | '!' | '|' | '~' | '#'
+            | '&' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Percent-encodes `text` for a markdown link target; `/` kept only when `keep_slash`.

@@ -311,5 +311,20 @@ async fn body_lookup_falls_back_to_the_catalog_while_the_index_is_not_ready() {
     assert!(
         text.contains("| /docs/a.md | 0.50 | Alpha | alpha |"),
         "{text}"
+
+#[tokio::test]
+async fn a_request_out_of_time_is_unavailable_with_a_retry_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = world(dir.path(), vec![writer()]).await;
+    w.limiter = Limiter::new(LimitSettings {
+        request_timeout: std::time::Duration::from_nanos(1),
+        ..LimitSettings::default()
+    });
+    let answer = handle(&w, Request::new(Verb::Fetch, "/docs/a.md")).await;
+    assert_eq!(answer.status, Status::Unavailable, "{answer:?}");
+    assert_eq!(answer.metadata[RETRY_AFTER_KEY], "1");
+    assert_eq!(
+        crate::http::status_code(&answer),
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
     );
 }

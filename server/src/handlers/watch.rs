@@ -43,11 +43,14 @@ pub const HEARTBEAT: Duration = Duration::from_secs(20);
 /// up (the client last watched a replica that was ahead) before answering `resync`.
 pub const CATCH_UP_WAIT: Duration = Duration::from_secs(2);
 
-/// Where a watch runs: its connection's WATCH slots and the server's drain signal.
+/// Where a watch runs: its connection's WATCH slots, its peer and the server's drain
+/// signal.
 #[derive(Clone, Debug, Default)]
 pub struct WatchContext {
     /// The connection's slots; `None` when the transport bounds connections itself.
     pub connection: Option<ConnectionWatches>,
+    /// The peer's address (the client a watch without a valid token counts against).
+    pub peer: Option<std::net::IpAddr>,
     /// Cancelled when the server drains: open watches end with `closing`.
     pub draining: CancellationToken,
 }
@@ -61,13 +64,26 @@ enum Scope {
 }
 
 impl Scope {
-    fn of(raw: &str) -> Scope {
-        if raw == "/" {
+    /// The scope a raw WATCH path names, in canonical form: `/` (however spelled) the world,
+    /// a path ending in `/` every document below it, anything else one document. `None`
+    /// when the path cannot name anything.
+    fn of(raw: &str) -> Option<Scope> {
+        let clean = canonical(raw)?;
+        Some(if clean == "/" {
             Scope::World
         } else if raw.ends_with('/') {
-            Scope::Prefix(raw.to_owned())
+            Scope::Prefix(format!("{clean}/"))
         } else {
-            Scope::Document(raw.to_owned())
+            Scope::Document(clean)
+        })
+    }
+
+    /// The path read auth judges: a prefix as a directory, a document as itself.
+    fn auth_path(&self) -> &str {
+        match self {
+            Scope::World => "/",
+            Scope::Prefix(prefix) => prefix,
+            Scope::Document(document) => document,
         }
     }
 
@@ -98,11 +114,12 @@ pub async fn open_watch(
         Some(connection) => Some(connection.try_admit().map_err(refused)?),
         None => None,
     };
-    let world_slot = world.limiter.try_admit_watch().map_err(refused)?;
+    let client = super::client_of(&world, &request, context.peer);
+    let world_slot = world.limiter.try_admit_watch(&client).map_err(refused)?;
     let Some(hub) = world.store.changes() else {
         return Err(bad_request("unsupported verb"));
     };
-    if is_hash_shaped(raw) {
+    if canonical(raw).is_some_and(|path| is_hash_shaped(&path)) {
         return Err(bad_request("content-addressed paths cannot be watched"));
     }
     let coalesce = match request.metadata.get("coalesce").map(String::as_str) {
@@ -120,25 +137,24 @@ pub async fn open_watch(
             Some(WatchCursor::parse(text).ok_or_else(|| bad_request("invalid since cursor"))?)
         }
     };
-    let Some(auth_path) = read_auth_path(raw) else {
-        return Err(bad_request(&format!(
-            "{raw} is not a path that can be watched"
-        )));
+    let Some(scope) = Scope::of(raw) else {
+        return Err(bad_request("the path cannot be watched"));
     };
     let secret = request.metadata.get("auth").cloned();
     world
         .auth
-        .authorize_read(secret.as_deref(), &auth_path, SystemTime::now())
+        .authorize_read(secret.as_deref(), scope.auth_path(), SystemTime::now())
         .map_err(denied)?;
 
     let heads = hub.watch_head();
     let closed = hub.watch_closed();
+    let head = hub.head();
     let mut watch = Watch {
-        scope: Scope::of(raw),
-        auth_path,
+        scope,
         secret,
         coalesce,
-        position: hub.head(),
+        position: head,
+        shown_position: head,
         ready: VecDeque::new(),
         heads,
         closed,
@@ -154,6 +170,7 @@ pub async fn open_watch(
         Some(since) => match watch.resume(&since).await {
             Ok(()) => {
                 watch.position = since.sequence;
+                watch.shown_position = since.sequence;
                 watch.ready.push_back(watch.control(Status::Ok));
             }
             Err(Resync { head }) => watch.finish_at(Status::Resync, head),
@@ -182,27 +199,19 @@ where
     }
 }
 
-/// The path read auth judges for a scope: canonical, keeping a trailing `/` so directory
-/// patterns apply to prefixes.
-fn read_auth_path(raw: &str) -> Option<String> {
-    let clean = canonical(raw)?;
-    Some(if raw.ends_with('/') && clean != "/" {
-        format!("{clean}/")
-    } else {
-        clean
-    })
-}
-
 /// One open WATCH: the blocks still to send and the subscription behind them.
 pub struct Watch {
     world: Arc<World>,
     hub: Arc<ChangeHub>,
     scope: Scope,
-    auth_path: String,
     secret: Option<String>,
     coalesce: bool,
     /// Every change through this sequence has been sent or skipped.
     position: u64,
+    /// The cursor control blocks carry: the last change the caller may read (in the scope
+    /// or not), so heartbeats do not advance on changes hidden from the caller. Resuming
+    /// from it replays only changes that are skipped again.
+    shown_position: u64,
     ready: VecDeque<Bytes>,
     heads: watch::Receiver<u64>,
     closed: watch::Receiver<bool>,
@@ -290,7 +299,7 @@ impl Watch {
     }
 
     fn control(&self, status: Status) -> Bytes {
-        self.control_at(status, self.position)
+        self.control_at(status, self.shown_position)
     }
 
     fn control_at(&self, status: Status, sequence: u64) -> Bytes {
@@ -306,7 +315,7 @@ impl Watch {
     }
 
     fn finish(&mut self, status: Status) {
-        self.finish_at(status, self.position);
+        self.finish_at(status, self.shown_position);
     }
 
     /// Moves the watch on by one step: queues the changes after the position, or a
@@ -337,7 +346,7 @@ impl Watch {
     fn heartbeat(&mut self) {
         let allowed = self.world.auth.authorize_read(
             self.secret.as_deref(),
-            &self.auth_path,
+            self.scope.auth_path(),
             SystemTime::now(),
         );
         match allowed {
@@ -358,13 +367,16 @@ impl Watch {
         let mut shown: Vec<ChangeEvent> = Vec::with_capacity(events.len());
         for event in events {
             let path = event.path.as_str();
-            if !self.scope.covers(path)
-                || self
-                    .world
-                    .auth
-                    .authorize_read(self.secret.as_deref(), path, now)
-                    .is_err()
+            if self
+                .world
+                .auth
+                .authorize_read(self.secret.as_deref(), path, now)
+                .is_err()
             {
+                continue;
+            }
+            self.shown_position = event.sequence;
+            if !self.scope.covers(path) {
                 continue;
             }
             if self.coalesce
@@ -387,7 +399,14 @@ impl Watch {
             });
             match block.encode() {
                 Ok(bytes) => self.ready.push_back(bytes),
-                Err(error) => tracing::warn!(%error, "watch event skipped"),
+                Err(error) => {
+                    // Stored before write-time checks refused such values: the event
+                    // cannot be sent, and skipping it silently would break "at least
+                    // once", so the client is told to resync; it resumes after the event
+                    // (its re-read of the world covers it), never meeting it again.
+                    tracing::warn!(%error, "watch event cannot be encoded; ending with resync");
+                    return self.finish_at(Status::Resync, event.sequence);
+                }
             }
         }
     }
@@ -823,6 +842,71 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn an_event_that_cannot_be_encoded_ends_the_watch_with_resync_not_silence() {
+        let dir = tempfile::tempdir().unwrap();
+        let world = file_world(dir.path(), 64, LimitSettings::default()).await;
+        let base = hub(&world).head();
+        let mut watch = open(&world, "/", &[]).await.unwrap();
+        write(&world, Verb::Publish, "/first.md", "1").await;
+        // Stored straight through the store, as before paths were checked at write time.
+        world
+            .store
+            .publish(
+                &quire_backend::Ctx::new(),
+                quire_backend::WriteRequest::new("/a\u{2028}b.md", "x"),
+            )
+            .await
+            .unwrap();
+        published(&world, base + 2).await;
+        assert_eq!(
+            rest(&mut watch, base).await,
+            ["ok @0", "publish /first.md v1 @1", "resync @2"]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn heartbeats_do_not_advance_past_changes_hidden_from_the_caller() {
+        let world = bucket_world().await;
+        let base = hub(&world).head();
+        let mut anonymous = open(&world, "/", &[]).await.unwrap();
+        let mut reader = open(&world, "/", &[("auth", READER)]).await.unwrap();
+        assert_eq!(
+            next_described(&mut anonymous, base).await.as_deref(),
+            Some("ok @0")
+        );
+        assert_eq!(
+            next_described(&mut reader, base).await.as_deref(),
+            Some("ok @0")
+        );
+        write(&world, Verb::Publish, "/private/secret.md", "s").await;
+        published(&world, base + 1).await;
+        assert_eq!(
+            next_described(&mut reader, base).await.as_deref(),
+            Some("publish /private/secret.md v1 @1")
+        );
+        // The anonymous watcher cannot tell from its heartbeat that anything was written.
+        assert_eq!(
+            next_described(&mut anonymous, base).await.as_deref(),
+            Some("ok @0")
+        );
+        assert_eq!(
+            next_described(&mut reader, base).await.as_deref(),
+            Some("ok @1")
+        );
+        // A readable change moves it on.
+        write(&world, Verb::Publish, "/public.md", "p").await;
+        published(&world, base + 2).await;
+        assert_eq!(
+            next_described(&mut anonymous, base).await.as_deref(),
+            Some("publish /public.md v1 @2")
+        );
+        assert_eq!(
+            next_described(&mut anonymous, base).await.as_deref(),
+            Some("ok @2")
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn heartbeats_recheck_the_token_and_end_a_revoked_watch() {
         let dir = tempfile::tempdir().unwrap();
@@ -992,14 +1076,18 @@ mod tests {
 
     #[test]
     fn scopes_are_the_world_a_prefix_or_one_document() {
-        assert!(Scope::of("/").covers("/a/b.md"));
-        let prefix = Scope::of("/docs/");
+        assert!(Scope::of("/").unwrap().covers("/a/b.md"));
+        let prefix = Scope::of("/docs/").unwrap();
         assert!(prefix.covers("/docs/a.md") && prefix.covers("/docs/x/y.md"));
         assert!(!prefix.covers("/docs.md") && !prefix.covers("/docsx/a.md"));
-        let document = Scope::of("/docs/a.md");
+        let document = Scope::of("/docs/a.md").unwrap();
         assert!(document.covers("/docs/a.md") && !document.covers("/docs/a.md/v2"));
-        assert_eq!(read_auth_path("/docs/").as_deref(), Some("/docs/"));
-        assert_eq!(read_auth_path("/").as_deref(), Some("/"));
-        assert_eq!(read_auth_path("/docs/a.md").as_deref(), Some("/docs/a.md"));
+        // Every spelling of one scope is the same canonical scope.
+        assert_eq!(Scope::of("//docs/./"), Some(prefix.clone()));
+        assert_eq!(Scope::of("/docs//a.md"), Some(document.clone()));
+        assert_eq!(Scope::of("//"), Some(Scope::World));
+        assert_eq!(prefix.auth_path(), "/docs/");
+        assert_eq!(Scope::World.auth_path(), "/");
+        assert_eq!(document.auth_path(), "/docs/a.md");
     }
 }

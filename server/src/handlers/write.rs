@@ -1,18 +1,35 @@
 //! PUBLISH, APPEND and ARCHIVE: the write prelude (read-only, reserved hash paths, size,
-//! tokens), the document contract (`.md`, UTF-8), expected versions and the answers for
-//! created, no-op, conflict and archived.
+//! tokens), the document contract (`.md`, UTF-8, a path and metadata every reader can read
+//! back, no protocol keys), expected versions and the answers for created, no-op, conflict
+//! and archived.
+//!
+//! Audit: the `agent` of a PUBLISH or APPEND is the label of the token that authorised it
+//! (stored with the version and shown on its WATCH event); a publisher's own `agent`
+//! value is replaced.
 
 use std::time::SystemTime;
 
 use quire_backend::{ArchiveRequest, Document, ErrorKind, Metadata, WriteRequest};
 use quire_log::DocPath;
-use quire_log::metadata::{CONTROL_KEYS, apply_default_type};
+use quire_log::metadata::{CONTROL_KEYS, apply_default_type, check_new};
 
-use super::{Call, backend_error, bad_request, canonical, denied, is_hash_shaped, not_found};
+use super::{
+    Call, PROTOCOL_KEYS, backend_error, bad_request, canonical, denied, is_hash_shaped, not_found,
+};
 use crate::mark::{MAX_BODY, Response, Status};
 
-/// The checks every write makes first; the canonical path when they pass.
-fn prelude(call: &Call<'_>) -> Result<String, Response> {
+/// The metadata key the authorising token's label is stored under.
+pub const AGENT_KEY: &str = "agent";
+
+/// A write that passed the prelude: its canonical path and the label of its token.
+struct Authorised {
+    path: String,
+    label: std::sync::Arc<str>,
+}
+
+/// The checks every write makes first; the canonical path and the token's label when they
+/// pass.
+fn prelude(call: &Call<'_>) -> Result<Authorised, Response> {
     let raw = call.request.path.as_str();
     if call.world.read_only {
         return Err(Response::error(Status::NotPermitted, "server is read-only"));
@@ -29,17 +46,21 @@ fn prelude(call: &Call<'_>) -> Result<String, Response> {
             "content exceeds size limit",
         ));
     }
-    call.world
+    let label = call
+        .world
         .auth
         .authorize_write(call.secret.as_deref(), &path, SystemTime::now())
         .map_err(denied)?;
-    Ok(path)
+    Ok(Authorised { path, label })
 }
 
 /// The document contract of PUBLISH and APPEND.
 fn document_contract(call: &Call<'_>, path: &str) -> Result<(), Response> {
     if path == "/" || !path.ends_with(".md") {
         return Err(bad_request(&format!("{path}: a document path ends in .md")));
+    }
+    if let Err(why) = quire_log::path::check_new(path) {
+        return Err(bad_request(&why.to_string()));
     }
     if std::str::from_utf8(&call.request.body).is_err() {
         return Err(bad_request("the body is not valid UTF-8"));
@@ -60,19 +81,29 @@ fn expected_version(call: &Call<'_>) -> Result<Option<u64>, Response> {
     }
 }
 
-/// The request's publisher metadata: control keys stripped.
-fn publisher_metadata(call: &Call<'_>) -> Metadata {
-    call.request
-        .metadata
-        .iter()
-        .filter(|(key, _)| !CONTROL_KEYS.contains(&key.as_str()))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect()
+/// The request's publisher metadata: control keys stripped, protocol keys and values no
+/// reader could read back refused (naming the key), `agent` set to the token's label.
+fn publisher_metadata(call: &Call<'_>, label: &str) -> Result<Metadata, Response> {
+    let mut metadata: Metadata = Metadata::new();
+    for (key, value) in &call.request.metadata {
+        if CONTROL_KEYS.contains(&key.as_str()) || key == AGENT_KEY {
+            continue;
+        }
+        if PROTOCOL_KEYS.contains(&key.as_str()) {
+            return Err(bad_request(&format!(
+                "metadata key {key:?} is set by the protocol, not by publishers"
+            )));
+        }
+        metadata.insert(key.clone(), value.clone());
+    }
+    check_new(&metadata).map_err(|why| bad_request(&why))?;
+    metadata.insert(AGENT_KEY.to_owned(), label.to_owned());
+    Ok(metadata)
 }
 
 pub(super) async fn publish(call: &Call<'_>) -> Response {
-    let path = match prelude(call) {
-        Ok(path) => path,
+    let Authorised { path, label } = match prelude(call) {
+        Ok(authorised) => authorised,
         Err(response) => return response,
     };
     if let Err(response) = document_contract(call, &path) {
@@ -85,7 +116,10 @@ pub(super) async fn publish(call: &Call<'_>) -> Response {
     if call.request.body.is_empty() {
         return unarchive(call, &path).await;
     }
-    let mut metadata = publisher_metadata(call);
+    let mut metadata = match publisher_metadata(call, &label) {
+        Ok(metadata) => metadata,
+        Err(response) => return response,
+    };
     if let Ok(doc_path) = DocPath::parse(&path) {
         apply_default_type(&doc_path, &mut metadata);
     }
@@ -113,8 +147,8 @@ async fn unarchive(call: &Call<'_>, path: &str) -> Response {
 }
 
 pub(super) async fn append(call: &Call<'_>) -> Response {
-    let path = match prelude(call) {
-        Ok(path) => path,
+    let Authorised { path, label } = match prelude(call) {
+        Ok(authorised) => authorised,
         Err(response) => return response,
     };
     if let Err(response) = document_contract(call, &path) {
@@ -126,10 +160,14 @@ pub(super) async fn append(call: &Call<'_>) -> Response {
         Err(response) => return response,
     };
     if call.request.body.is_empty() {
-        return Response::error(Status::ServerError, "append requires a body");
+        return bad_request("append requires a body");
     }
+    let metadata = match publisher_metadata(call, &label) {
+        Ok(metadata) => metadata,
+        Err(response) => return response,
+    };
     let request = WriteRequest::new(path.clone(), call.request.body.clone())
-        .metadata(publisher_metadata(call))
+        .metadata(metadata)
         .expected(expected);
     match call.world.store.append(&call.ctx, request).await {
         Ok(document) => written(Status::Created, &document),
@@ -138,8 +176,8 @@ pub(super) async fn append(call: &Call<'_>) -> Response {
 }
 
 pub(super) async fn archive(call: &Call<'_>) -> Response {
-    let path = match prelude(call) {
-        Ok(path) => path,
+    let Authorised { path, .. } = match prelude(call) {
+        Ok(authorised) => authorised,
         Err(response) => return response,
     };
     match call

@@ -1351,9 +1351,13 @@ fn is_timestamp(text: &str) -> bool {
             if count < min {
                 return None;
             }
+            // Saturating: a fraction may have any number of digits, and only small fields
+            // (year, month, day, time, zone) are ever compared.
             let value = self.bytes[self.at..self.at + count]
                 .iter()
-                .fold(0u32, |acc, b| acc * 10 + u32::from(b - b'0'));
+                .fold(0u32, |acc, b| {
+                    acc.saturating_mul(10).saturating_add(u32::from(b - b'0'))
+                });
             self.at += count;
             Some(value)
         }
@@ -2667,6 +2671,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_timestamp_with_a_long_fraction_is_quoted_and_never_overflows() {
+        for value in [
+            "2026-01-01T00:00:00.9999999999Z",
+            "2026-01-01T00:00:00.99999999999999999999999999999999Z",
+            "2026-01-01 00:00:00.4294967296",
+        ] {
+            let response = Response::new(Status::Ok).with_meta("agent", value);
+            let encoded = String::from_utf8(response.encode()).unwrap();
+            assert!(
+                encoded.contains(&format!("agent: \"{value}\"")),
+                "{encoded}"
+            );
+            assert_eq!(Response::parse(encoded.as_bytes()).unwrap(), response);
+        }
+    }
+
     // -- properties ---------------------------------------------------------------------
 
     fn any_text(max: usize) -> impl Strategy<Value = String> {
@@ -2756,6 +2777,23 @@ mod tests {
             body in any_body(),
         ) {
             let response = Response { status, metadata, body: Bytes::from(body) };
+            prop_assert_eq!(Response::parse(&response.encode()).unwrap(), response);
+        }
+
+        #[test]
+        fn timestamp_shaped_values_encode_and_read_back(
+            date in "[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}",
+            time in proptest::option::of("[Tt ][0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}"),
+            fraction in proptest::option::of("\\.[0-9]{1,40}"),
+            zone in proptest::option::of("Z|[+-][0-9]{2}:[0-9]{2}"),
+        ) {
+            let value = format!(
+                "{date}{}{}{}",
+                time.unwrap_or_default(),
+                fraction.unwrap_or_default(),
+                zone.unwrap_or_default()
+            );
+            let response = Response::new(Status::Ok).with_meta("agent", value);
             prop_assert_eq!(Response::parse(&response.encode()).unwrap(), response);
         }
 

@@ -25,6 +25,7 @@ pub mod diff;
 pub mod render;
 pub mod sse;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -61,6 +62,7 @@ pub async fn respond(
     headers: &HeaderMap,
     query: &[(String, String)],
     draining: &CancellationToken,
+    peer: Option<IpAddr>,
 ) -> Option<HttpResponse> {
     if *method != Method::GET && *method != Method::HEAD {
         return None;
@@ -77,12 +79,12 @@ pub async fn respond(
     crate::mark::wire::validate_path(&path).ok()?;
     let watching = has(query, "watch");
     if watching && accepts(headers, sse::EVENT_STREAM) && *method == Method::GET {
-        return Some(sse::stream(world.clone(), path, headers, query, draining.clone()).await);
+        return Some(sse::stream(world.clone(), path, headers, query, draining.clone(), peer).await);
     }
     if watching || !accepts(headers, "text/html") {
         return None;
     }
-    Some(page(world, &path, headers, query).await)
+    Some(page(world, &path, headers, query, peer).await)
 }
 
 /// Whether the Accept header names `kind`.
@@ -153,22 +155,29 @@ impl Page {
     }
 }
 
+/// Who a page asks for: the tab's token and the browser's address (its client share).
+#[derive(Clone, Copy, Debug)]
+struct Caller<'a> {
+    auth: Option<&'a str>,
+    peer: Option<IpAddr>,
+}
+
 /// Runs one Mark request through the handlers, as the caller.
 async fn mark(
     world: &World,
     verb: Verb,
     path: &str,
-    auth: Option<&str>,
+    caller: Caller<'_>,
     metadata: &[(&str, String)],
 ) -> Response {
     let mut request = Request::new(verb, path);
-    if let Some(token) = auth {
+    if let Some(token) = caller.auth {
         request.metadata.insert("auth".into(), token.to_owned());
     }
     for (key, value) in metadata {
         request.metadata.insert((*key).to_owned(), value.clone());
     }
-    handlers::handle(world, request).await
+    handlers::handle_from(world, request, caller.peer).await
 }
 
 async fn page(
@@ -176,19 +185,23 @@ async fn page(
     path: &str,
     headers: &HeaderMap,
     query: &[(String, String)],
+    peer: Option<IpAddr>,
 ) -> HttpResponse {
     let auth = bearer(headers);
-    let auth = auth.as_deref();
+    let caller = Caller {
+        auth: auth.as_deref(),
+        peer,
+    };
     let page = if has(query, "diff") {
-        diff_page(world, path, auth, query).await
+        diff_page(world, path, caller, query).await
     } else if has(query, "versions") {
-        history_page(world, path, auth).await
+        history_page(world, path, caller).await
     } else if has(query, "lookup") || has(query, "query") {
-        search_page(world, path, auth, query).await
+        search_page(world, path, caller, query).await
     } else if has(query, "list") || has(query, "cursor") {
-        listing_page(world, path, auth, query_value(query, "cursor")).await
+        listing_page(world, path, caller, query_value(query, "cursor")).await
     } else {
-        browse_page(world, path, auth).await
+        browse_page(world, path, caller).await
     };
     frame(world, path, page)
 }
@@ -217,14 +230,14 @@ fn directory_of(path: &str, is_directory: bool) -> String {
     }
 }
 
-async fn browse_page(world: &World, path: &str, auth: Option<&str>) -> Page {
-    let response = mark(world, Verb::Fetch, path, auth, &[]).await;
+async fn browse_page(world: &World, path: &str, caller: Caller<'_>) -> Page {
+    let response = mark(world, Verb::Fetch, path, caller, &[]).await;
     if response.status != Status::Ok {
         return Page::from_error(path, &response);
     }
     if response.metadata.contains_key("entries") {
         // A generated listing: show it through LIST, which pages.
-        return listing_page(world, path, auth, None).await;
+        return listing_page(world, path, caller, None).await;
     }
     document_page(path, &response)
 }
@@ -320,14 +333,14 @@ fn document_page(path: &str, response: &Response) -> Page {
 async fn listing_page(
     world: &World,
     path: &str,
-    auth: Option<&str>,
+    caller: Caller<'_>,
     cursor: Option<String>,
 ) -> Page {
     let mut metadata = vec![("page-size", LIST_PAGE.to_string())];
     if let Some(cursor) = cursor {
         metadata.push(("cursor", cursor));
     }
-    let response = mark(world, Verb::List, path, auth, &metadata).await;
+    let response = mark(world, Verb::List, path, caller, &metadata).await;
     if response.status != Status::Ok {
         return Page::from_error(path, &response);
     }
@@ -361,8 +374,8 @@ async fn listing_page(
     }
 }
 
-async fn history_page(world: &World, path: &str, auth: Option<&str>) -> Page {
-    let response = mark(world, Verb::Versions, path, auth, &[]).await;
+async fn history_page(world: &World, path: &str, caller: Caller<'_>) -> Page {
+    let response = mark(world, Verb::Versions, path, caller, &[]).await;
     if response.status != Status::Ok {
         return Page::from_error(path, &response);
     }
@@ -429,7 +442,7 @@ async fn history_page(world: &World, path: &str, auth: Option<&str>) -> Page {
 async fn diff_page(
     world: &World,
     path: &str,
-    auth: Option<&str>,
+    caller: Caller<'_>,
     query: &[(String, String)],
 ) -> Page {
     let version = |key: &str| query_value(query, key).and_then(|v| v.parse::<u64>().ok());
@@ -445,7 +458,7 @@ async fn diff_page(
     let mut texts = Vec::with_capacity(2);
     for v in [from, to] {
         let pinned = format!("{path}/v{v}");
-        let response = mark(world, Verb::Fetch, &pinned, auth, &[]).await;
+        let response = mark(world, Verb::Fetch, &pinned, caller, &[]).await;
         if response.status != Status::Ok {
             return Page::from_error(&pinned, &response);
         }
@@ -469,7 +482,7 @@ async fn diff_page(
 async fn search_page(
     world: &World,
     path: &str,
-    auth: Option<&str>,
+    caller: Caller<'_>,
     query: &[(String, String)],
 ) -> Page {
     let text = query_value(query, "query").unwrap_or_default();
@@ -480,7 +493,7 @@ async fn search_page(
         ("match", wanted.clone()),
         ("limit", SEARCH_LIMIT.to_string()),
     ];
-    let response = mark(world, Verb::Lookup, &scope, auth, &metadata).await;
+    let response = mark(world, Verb::Lookup, &scope, caller, &metadata).await;
     if response.status != Status::Ok {
         return Page::from_error(&scope, &response);
     }

@@ -39,6 +39,7 @@ pub async fn stream(
     headers: &HeaderMap,
     query: &[(String, String)],
     draining: CancellationToken,
+    peer: Option<std::net::IpAddr>,
 ) -> HttpResponse {
     let mut request = Request::new(Verb::Watch, path);
     if let Some(token) = super::bearer(headers) {
@@ -57,6 +58,7 @@ pub async fn stream(
     }
     let context = WatchContext {
         connection: None,
+        peer,
         draining,
     };
     let watch = match handlers::open_watch(world, request, &context).await {
