@@ -311,6 +311,8 @@ async fn body_lookup_falls_back_to_the_catalog_while_the_index_is_not_ready() {
     assert!(
         text.contains("| /docs/a.md | 0.50 | Alpha | alpha |"),
         "{text}"
+    );
+}
 
 #[tokio::test]
 async fn a_request_out_of_time_is_unavailable_with_a_retry_hint() {
