@@ -14,7 +14,7 @@ use quire_log::{Hash, WorldId, keys as log_keys};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::format::{Checkpoint, Root, TIERS, Tier, widths_are_valid};
 use crate::keys::{checkpoint_key, root_key};
-use crate::objects::{Fence, put};
+use crate::objects::{Fence, put, put_addressed};
 
 /// The genesis root and checkpoint of `world`.
 pub fn genesis_objects(world: WorldId, widths: [u64; TIERS - 1]) -> (Root, Checkpoint) {
@@ -84,13 +84,11 @@ pub async fn create_world(
             "the prefix holds objects but no world marker",
         ));
     }
-    // Genesis objects are never dropped, so the fence never needs to rewrite them.
-    let fence = Fence {
-        now: SystemTime::now(),
-        freshen_after: Duration::MAX,
-    };
-    put(store, &rkey, root.encode(), fence, op).await?;
-    put(store, &ckey, checkpoint.encode(), fence, op).await?;
-    put(store, &mkey, marker, fence, op).await?;
+    // Genesis objects are never dropped (`drop` keeps checkpoint zero, so a whole replay
+    // can always be asked for), so the fence never needs to rewrite them.
+    let fence = Fence::new(SystemTime::now(), Duration::MAX);
+    put_addressed(store, &rkey, root.encode(), &fence, op).await?;
+    put(store, &ckey, checkpoint.encode(), &fence, op).await?;
+    put(store, &mkey, marker, &fence, op).await?;
     Ok(())
 }

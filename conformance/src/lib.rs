@@ -11,6 +11,7 @@
 //! | catalog | [`run_catalog_suite`] | [`catalog_case_names`]: LOOKUP in catalog mode |
 //! | replica | [`run_replica_suite`] | [`replica_case_names`]: freshness across replicas, no lost writes |
 //! | differential | [`run_differential`] | one case per seed: random operations against a reference, answers and [`observe`]d snapshots compared |
+//! | reliability gate | [`gate::run_gate`] | a whole bucket-store world in simulation under faults and crashes, then audited: no acknowledged write lost |
 //!
 //! # Adding a blob driver
 //!
@@ -51,6 +52,7 @@ mod bucket_factory;
 mod catalog;
 mod differential;
 mod factories;
+pub mod gate;
 mod harness;
 pub mod model;
 mod replica;

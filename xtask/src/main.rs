@@ -5,8 +5,11 @@
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
 //! - `bench`: the benchmarks (`commit`, `coldstart`, or `all`), in the release profile.
+//! - `gate`: the reliability gate at full size, in the release profile (its short form runs
+//!   with the tests).
 
 mod conformance;
+mod gate;
 mod servers;
 
 use std::process::Command;
@@ -29,6 +32,9 @@ enum Task {
     Conformance,
     /// Start the local S3 and GCS servers and print their environment until interrupted.
     Servers,
+    /// Run the reliability gate: a million-document world for ten simulated minutes under
+    /// faults and crashes, then audited (`QUIRE_SIM_SEED=N` or `--seed N` replays a run).
+    Gate(gate::GateArgs),
     /// Run a benchmark: `commit` (group commit on a simulated bucket), `coldstart` (a
     /// million-document world on the file driver), or `all`. Arguments after `--` go to the
     /// benchmark (e.g. `cargo xtask bench coldstart -- --docs 100000`).
@@ -77,6 +83,7 @@ async fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Test => test().await,
         Task::Bench { which, args } => bench(which, &args),
+        Task::Gate(args) => gate::run(&args),
         Task::Conformance => {
             let (scratch, servers) = start_servers().await?;
             conformance::run_table(scratch.path(), &servers).await
