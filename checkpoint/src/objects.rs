@@ -91,6 +91,12 @@ impl Fence {
         }
     }
 
+    /// The same fence with another settle time.
+    pub fn settling(mut self, settle: Duration) -> Fence {
+        self.settle = settle;
+        self
+    }
+
     /// Now, by the local clock as the run began plus the time since, but never before a
     /// modification time the bucket reported.
     pub fn now(&self) -> SystemTime {

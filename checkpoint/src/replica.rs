@@ -88,6 +88,9 @@ pub struct OpenOptions {
     /// How many shards to read at once.
     pub workers: usize,
     pub clock: Arc<dyn Clock>,
+    /// Where generations are not unique: how long a checkpoint's objects settle before it
+    /// names them (see `objects`; [`crate::objects::SETTLE`] unless a test shortens it).
+    pub settle: Duration,
 }
 
 impl Default for OpenOptions {
@@ -97,6 +100,7 @@ impl Default for OpenOptions {
             checkpoint: None,
             workers: DEFAULT_LOAD_WORKERS,
             clock: Arc::new(quire_log::SystemClock),
+            settle: crate::objects::SETTLE,
         }
     }
 }
@@ -111,6 +115,7 @@ pub struct Replica {
     pub(crate) tracker: Tracker,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) workers: usize,
+    pub(crate) settle: Duration,
     /// When the first slot after the base was applied.
     pending_since: Option<Timestamp>,
     /// Newer checkpoints cold start could not use (see [`Replica::open`]).
@@ -333,6 +338,7 @@ impl Replica {
             tracker,
             clock: options.clock.clone(),
             workers: options.workers,
+            settle: options.settle,
             pending_since: None,
             skipped: Vec::new(),
         };

@@ -106,7 +106,7 @@ impl Replica {
             state: self.state.clone(),
             base: self.base.clone(),
             tracker: self.tracker.clone(),
-            fence: Fence::new(now, freshen_after),
+            fence: Fence::new(now, freshen_after).settling(self.settle),
             workers: self.workers,
             cap: RUN_CAP,
         }
