@@ -91,4 +91,7 @@ impl BlobStore for Cancelable {
         )
         .await
     }
+    fn unique_generations(&self) -> bool {
+        self.inner.unique_generations()
+    }
 }

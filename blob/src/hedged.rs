@@ -350,6 +350,9 @@ impl BlobStore for Hedged {
     ) -> Result<ListPage> {
         self.inner.list(prefix, start_after, cursor).await
     }
+    fn unique_generations(&self) -> bool {
+        self.inner.unique_generations()
+    }
 }
 
 #[cfg(test)]

@@ -29,9 +29,10 @@
 //! - file driver: 128 random bits written into the object's header, so a re-created key never
 //!   repeats an earlier generation, even across processes;
 //! - S3: the object's ETag. For a single-part upload the ETag is the MD5 of the bytes, so a key
-//!   deleted and re-created **with identical bytes** gets the same generation back. Callers
-//!   that delete objects which may be re-created with identical content (garbage collection)
-//!   must fence with age, as `quire-checkpoint` does (the generation fence);
+//!   deleted and re-created, or replaced, **with identical bytes** keeps the same generation
+//!   ([`BlobStore::unique_generations`] is false). Callers that delete objects which may be
+//!   rewritten with identical content (garbage collection) cannot rely on the generation
+//!   alone, as `quire-checkpoint`'s generation fence explains;
 //! - GCS: the object generation, unique per key for the life of the bucket.
 //!
 //! # Errors
@@ -112,6 +113,16 @@ pub trait BlobStore: Send + Sync + std::fmt::Debug {
     /// `start_after`; reusing it with others is [`ErrorKind::Precondition`].
     async fn list(&self, prefix: &str, start_after: &str, cursor: Option<&str>)
     -> Result<ListPage>;
+
+    /// Whether every write gives its key a generation the key never had before, even when
+    /// it stores the bytes already there (a replace with identical bytes, a re-create). True
+    /// for memory, file and GCS; false for S3, whose generation is the MD5 of the bytes.
+    /// Where it is false, a generation-conditioned delete cannot tell an object from an
+    /// identical rewrite of it (see the generation fence in `quire-checkpoint`). Wrappers
+    /// report their inner store's answer.
+    fn unique_generations(&self) -> bool {
+        true
+    }
 }
 
 /// Lists every key under `prefix` after `start_after`, following cursors to the end.

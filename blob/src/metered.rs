@@ -162,6 +162,9 @@ impl BlobStore for Metered {
         let result = self.inner.list(prefix, start_after, cursor).await;
         self.count(Op::List, 0, result, |_| 0)
     }
+    fn unique_generations(&self) -> bool {
+        self.inner.unique_generations()
+    }
 }
 
 #[cfg(test)]

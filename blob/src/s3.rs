@@ -26,9 +26,10 @@
 //! A [`Generation`] is the object's ETag, quotes included (a server that omits them gets them
 //! added, so every operation spells one ETag alike). A single-part upload's ETag is the MD5 of
 //! its bytes: **a key deleted and re-created with identical bytes gets its old generation
-//! back**, so a delete or replace aimed at the old incarnation succeeds against the new one.
-//! Callers that delete objects which may come back with identical bytes must fence with age
-//! (see the crate docs). A generation that cannot be an ETag (empty, or holding characters an
+//! back**, and a replace with identical bytes keeps it, so a delete or replace aimed at the
+//! old incarnation succeeds against the new one. The store says so
+//! ([`BlobStore::unique_generations`] is false), and callers that delete objects which may
+//! come back with identical bytes must not rely on the generation alone (see the crate docs). A generation that cannot be an ETag (empty, or holding characters an
 //! entity tag cannot hold) is refused as [`ErrorKind::Precondition`] without a request; a
 //! well-formed but stale one goes to the server and meets its 412.
 //!
@@ -509,6 +510,11 @@ impl BlobStore for S3Store {
             ));
         }
         request.page(objects, more)
+    }
+
+    /// An ETag is the MD5 of the bytes: an identical rewrite keeps it.
+    fn unique_generations(&self) -> bool {
+        false
     }
 }
 

@@ -640,6 +640,9 @@ impl BlobStore for Simulated {
         })
         .await
     }
+    fn unique_generations(&self) -> bool {
+        self.inner.unique_generations()
+    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,12 @@
 //! references changed) and nothing is written; a newest checkpoint written by a peer less
 //! than [`Policy::defer`] ago means that peer is compacting, so this store defers. After a
 //! checkpoint is written, old ones are dropped.
+//!
+//! A checkpoint that fails verification or is incomplete costs only replay: the compactor
+//! remembers it as unadoptable, adopts the next older one if that is newer than its base,
+//! neither defers to it nor names its sequence again, and writes a checkpoint past it.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,8 +20,8 @@ use quire_log::Clock;
 use rand::{Rng, SeedableRng};
 
 use crate::drop::{DropReport, drop_old};
-use crate::error::Result;
-use crate::replica::Replica;
+use crate::error::{Op, Result};
+use crate::replica::{Replica, list_checkpoints};
 use crate::write::WriteStats;
 
 /// When and how the compactor runs.
@@ -36,6 +40,9 @@ pub struct Policy {
     /// How long a superseded checkpoint is kept; the generation fence rewrites reused
     /// objects older than half of it.
     pub grace: Duration,
+    /// The longest a checkpoint run may take; the fence's margin (half the grace) must
+    /// cover it and the clocks' skew.
+    pub run_cap: Duration,
 }
 
 impl Default for Policy {
@@ -47,6 +54,7 @@ impl Default for Policy {
             defer: Duration::from_secs(300),
             keep: 3,
             grace: Duration::from_secs(3600),
+            run_cap: crate::write::RUN_CAP,
         }
     }
 }
@@ -74,6 +82,7 @@ pub struct Compactor {
     policy: Policy,
     clock: Arc<dyn Clock>,
     own: HashSet<u64>,
+    unadoptable: BTreeSet<u64>,
     rng: rand::rngs::StdRng,
 }
 
@@ -83,6 +92,7 @@ impl Compactor {
             policy,
             clock,
             own: HashSet::new(),
+            unadoptable: BTreeSet::new(),
             rng: rand::rngs::StdRng::seed_from_u64(seed),
         }
     }
@@ -113,16 +123,46 @@ impl Compactor {
         })
     }
 
-    /// One step: adopt a newer checkpoint, or defer to a peer, or write one if due.
+    /// Checkpoints this compactor found it cannot adopt (they failed verification or were
+    /// incomplete); it writes past them.
+    pub fn unadoptable(&self) -> &BTreeSet<u64> {
+        &self.unadoptable
+    }
+
+    /// One step: adopt a newer checkpoint, or defer to a peer, or write one if due. A newer
+    /// checkpoint that cannot be adopted (an integrity error) is remembered and passed over:
+    /// the next older one is tried, and once due this store writes a checkpoint at a later
+    /// sequence than any it passed over.
     pub async fn step(&mut self, replica: &mut Replica) -> Result<Step> {
-        let newest = replica.newest_checkpoint().await?;
-        if let Some((sequence, _)) = &newest
-            && *sequence > replica.base().sequence()
-        {
-            replica.adopt(*sequence).await?;
-            return Ok(Step::Adopted(*sequence));
+        self.unadoptable.extend(replica.skipped().iter().copied());
+        let listed = list_checkpoints(&**replica.store(), replica.prefix(), Op::Adopt).await?;
+        let mut newest = None;
+        for (sequence, attrs) in listed.into_iter().rev() {
+            if self.unadoptable.contains(&sequence) {
+                continue;
+            }
+            if sequence <= replica.base().sequence() {
+                newest = Some((sequence, attrs));
+                break;
+            }
+            match replica.adopt(sequence).await {
+                Ok(_) => return Ok(Step::Adopted(sequence)),
+                Err(e) if e.is_integrity() => {
+                    tracing::warn!(sequence, error = %e, "checkpoint cannot be adopted; passing over it");
+                    self.unadoptable.insert(sequence);
+                }
+                Err(e) => return Err(e),
+            }
         }
         if !self.due(replica) {
+            return Ok(Step::Idle);
+        }
+        if self
+            .unadoptable
+            .last()
+            .is_some_and(|bad| *bad >= replica.state().sequence())
+        {
+            // Only a sequence past every unadoptable checkpoint gets a name of its own.
             return Ok(Step::Idle);
         }
         if let Some((sequence, attrs)) = &newest
@@ -136,20 +176,31 @@ impl Compactor {
         {
             return Ok(Step::Deferred(*sequence));
         }
-        let Some(stats) = replica.checkpoint(self.policy.grace / 2).await? else {
+        let job = replica
+            .prepare(self.policy.grace / 2)
+            .with_cap(self.policy.run_cap);
+        let Some(written) = job.run().await? else {
             return Ok(Step::Idle);
         };
+        let stats = written.stats;
+        replica.install(written)?;
         let sequence = replica.base().sequence();
         if stats.own {
             self.own.insert(sequence);
         }
+        // Ages are judged by the bucket's clock where the run saw it: a local clock ahead of
+        // the bucket's must not make young objects look old.
+        let now = match stats.bucket_time {
+            Some(bucket) => self.now().min(bucket),
+            None => self.now(),
+        };
         let dropped = match drop_old(
             &**replica.store(),
             replica.prefix(),
             replica.state().world(),
             self.policy.keep,
             self.policy.grace,
-            self.now(),
+            now,
         )
         .await
         {

@@ -7,18 +7,23 @@
 //! its shards already went. Every delete is conditioned on the generation read, and only
 //! objects older than the grace when the drop began are deleted: a writer that reuses stored
 //! bytes older than half the grace rewrites them first (see the generation fence in
-//! `objects`), so a delete racing it fails. History blocks, slots and blobs are not
-//! collected.
+//! `objects`), so a delete racing it fails. Where generations are not unique (S3) a delete
+//! is sent only within [`DELETE_WINDOW`] of reading the generation it names, and writers
+//! let what they wrote settle before naming it. The genesis checkpoint is always kept.
+//! History blocks, slots and blobs are not collected.
 
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use quire_blob::{Attributes, BlobStore};
+use quire_log::marker::GENESIS_SEQUENCE;
 use quire_log::{Hash, WorldId};
+use tokio::time::Instant;
 
 use crate::error::{Error, Op, Result};
 use crate::format::{Checkpoint, Root};
 use crate::keys::{root_key, shard_key};
+use crate::objects::DELETE_WINDOW;
 use crate::replica::list_checkpoints;
 
 /// What a drop did.
@@ -39,7 +44,9 @@ fn older_than(attrs: &Attributes, grace: Duration, now: SystemTime) -> bool {
         .is_ok_and(|age| age > grace)
 }
 
-/// Which listed checkpoints (oldest first) a drop at `now` keeps.
+/// Which listed checkpoints (oldest first) a drop at `now` keeps: the genesis checkpoint
+/// (two small objects, so a whole replay can always be asked for), the newest `keep`, and
+/// every one whose successor is younger than the grace.
 pub fn kept(
     listed: &[(u64, Attributes)],
     keep: usize,
@@ -48,7 +55,11 @@ pub fn kept(
 ) -> Vec<bool> {
     let n = listed.len();
     (0..n)
-        .map(|i| i + keep >= n || !older_than(&listed[i + 1].1, grace, now))
+        .map(|i| {
+            listed[i].0 == GENESIS_SEQUENCE
+                || i + keep >= n
+                || !older_than(&listed[i + 1].1, grace, now)
+        })
         .collect()
 }
 
@@ -89,16 +100,32 @@ async fn read_checkpoint_object(
     }
 }
 
-/// Deletes `key` at the generation `attrs` names if it is older than the grace. Returns
-/// whether the object is gone.
+/// Deletes the object `attrs` describes (read at `read`) at its generation if it is older
+/// than the grace. Where generations are not unique, attributes read more than
+/// [`DELETE_WINDOW`] ago are read again first (see `objects`). Returns whether the object
+/// is gone.
 async fn delete_if_old(
     store: &dyn BlobStore,
     attrs: &Attributes,
+    read: Instant,
     grace: Duration,
     now: SystemTime,
 ) -> Result<bool> {
-    if !older_than(attrs, grace, now) {
-        return Ok(false);
+    let mut attrs = attrs.clone();
+    let mut read = read;
+    loop {
+        if !older_than(&attrs, grace, now) {
+            return Ok(false);
+        }
+        if store.unique_generations() || read.elapsed() <= DELETE_WINDOW {
+            break;
+        }
+        attrs = match store.head(&attrs.key).await {
+            Ok(fresh) => fresh,
+            Err(e) if e.is_not_found() => return Ok(true),
+            Err(e) => return Err(Error::storage(Op::Drop, e)),
+        };
+        read = Instant::now();
     }
     match store.delete(&attrs.key, &attrs.generation).await {
         Ok(()) => Ok(true),
@@ -115,8 +142,9 @@ async fn delete_key_if_old(
     grace: Duration,
     now: SystemTime,
 ) -> Result<bool> {
+    let read = Instant::now();
     match store.head(key).await {
-        Ok(attrs) => delete_if_old(store, &attrs, grace, now).await,
+        Ok(attrs) => delete_if_old(store, &attrs, read, grace, now).await,
         Err(e) if e.is_not_found() => Ok(true),
         Err(e) => Err(Error::storage(Op::Drop, e)),
     }
@@ -132,6 +160,7 @@ pub async fn drop_old(
     grace: Duration,
     now: SystemTime,
 ) -> Result<DropReport> {
+    let listed_at = Instant::now();
     let listed = list_checkpoints(store, prefix, Op::Drop).await?;
     let keeps = kept(&listed, keep.max(1), grace, now);
     let mut report = DropReport::default();
@@ -141,15 +170,33 @@ pub async fn drop_old(
             continue;
         }
         report.kept.push(*sequence);
-        let checkpoint = read_checkpoint_object(store, &attrs.key, *sequence)
-            .await?
-            .ok_or_else(|| Error::integrity(Op::Drop, &attrs.key, "a kept checkpoint vanished"))?;
-        let (root, _) = read_root(store, prefix, &checkpoint)
-            .await?
-            .ok_or_else(|| {
-                Error::integrity(Op::Drop, &attrs.key, "a kept checkpoint's root is missing")
-            })?;
+        // A kept checkpoint that is unreadable or incomplete protects nothing: cold start
+        // and the compactor pass over it, so it does not stop the drop either.
+        let checkpoint = match read_checkpoint_object(store, &attrs.key, *sequence).await {
+            Ok(Some(checkpoint)) => checkpoint,
+            Ok(None) => {
+                tracing::warn!(key = %attrs.key, "a kept checkpoint vanished");
+                continue;
+            }
+            Err(e) if e.is_integrity() => {
+                tracing::warn!(error = %e, "a kept checkpoint is unreadable");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         used.insert(checkpoint.root);
+        let root = match read_root(store, prefix, &checkpoint).await {
+            Ok(Some((root, _))) => root,
+            Ok(None) => {
+                tracing::warn!(key = %attrs.key, "a kept checkpoint's root is missing");
+                continue;
+            }
+            Err(e) if e.is_integrity() => {
+                tracing::warn!(error = %e, "a kept checkpoint's root is unreadable");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         used.extend(
             root.tiers
                 .iter()
@@ -160,8 +207,17 @@ pub async fn drop_old(
         if *keep {
             continue;
         }
-        let Some(checkpoint) = read_checkpoint_object(store, &attrs.key, *sequence).await? else {
-            continue;
+        let checkpoint = match read_checkpoint_object(store, &attrs.key, *sequence).await {
+            Ok(Some(checkpoint)) => checkpoint,
+            Ok(None) => continue,
+            Err(e) if e.is_integrity() => {
+                // Its root and shards cannot be known; the object itself goes.
+                if delete_if_old(store, attrs, listed_at, grace, now).await? {
+                    report.dropped.push(*sequence);
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         if checkpoint.world != world {
             return Err(Error::integrity(
@@ -171,9 +227,19 @@ pub async fn drop_old(
             ));
         }
         let mut root_gone = true;
-        if !used.contains(&checkpoint.root)
-            && let Some((root, root_attrs)) = read_root(store, prefix, &checkpoint).await?
-        {
+        let root_read = Instant::now();
+        let root = if used.contains(&checkpoint.root) {
+            None
+        } else {
+            match read_root(store, prefix, &checkpoint).await {
+                Ok(root) => root,
+                // An unreadable root names nothing a drop can know: it stays, the
+                // checkpoint object goes.
+                Err(e) if e.is_integrity() => None,
+                Err(e) => return Err(e),
+            }
+        };
+        if let Some((root, root_attrs)) = root {
             let mut shards_gone = true;
             let shards: HashSet<Hash> = root
                 .tiers
@@ -189,14 +255,15 @@ pub async fn drop_old(
                     shards_gone = false;
                 }
             }
-            root_gone = shards_gone && delete_if_old(store, &root_attrs, grace, now).await?;
+            root_gone =
+                shards_gone && delete_if_old(store, &root_attrs, root_read, grace, now).await?;
             if root_gone {
                 report.deleted += 1;
             } else {
                 report.spared += 1;
             }
         }
-        if root_gone && delete_if_old(store, attrs, grace, now).await? {
+        if root_gone && delete_if_old(store, attrs, listed_at, grace, now).await? {
             report.dropped.push(*sequence);
         }
     }

@@ -15,7 +15,7 @@ use quire_log::{Hash, WorldId, keys as log_keys};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::format::{Checkpoint, Root, TIERS, Tier, widths_are_valid};
 use crate::keys::{checkpoint_key, root_key};
-use crate::objects::{Fence, put};
+use crate::objects::{Fence, put, put_addressed};
 
 /// The genesis root and checkpoint of `world`.
 pub fn genesis_objects(world: WorldId, widths: [u64; TIERS - 1]) -> (Root, Checkpoint) {
@@ -108,11 +108,9 @@ pub async fn join_or_create_world(
         Err(e) if e.is_not_found() => {}
         Err(e) => return Err(Error::storage(op, e)),
     }
-    // Genesis objects are never dropped, so the fence never needs to rewrite them.
-    let fence = Fence {
-        now: SystemTime::now(),
-        freshen_after: Duration::MAX,
-    };
+    // Genesis objects are never dropped (`drop` keeps checkpoint zero, so a whole replay
+    // can always be asked for), so the fence never needs to rewrite them.
+    let fence = Fence::new(SystemTime::now(), Duration::MAX);
     let ckey = checkpoint_key(prefix, GENESIS_SEQUENCE);
     let mut looks = 0;
     let checkpoint = loop {
@@ -153,7 +151,7 @@ pub async fn join_or_create_world(
             )));
         }
         let (_, checkpoint) = genesis_objects(proposed, widths);
-        match put(store, &ckey, checkpoint.encode(), fence, op).await {
+        match put(store, &ckey, checkpoint.encode(), &fence, op).await {
             Ok(_) => break checkpoint,
             // Another opener's checkpoint zero took the name: join its world.
             Err(e) if e.kind() == ErrorKind::Integrity => continue,
@@ -182,11 +180,11 @@ pub async fn join_or_create_world(
             Err(e) => return Err(Error::storage(op, e)),
         }
     } else {
-        put(
+        put_addressed(
             store,
             &root_key(prefix, &checkpoint.root),
             root.encode(),
-            fence,
+            &fence,
             op,
         )
         .await?;
@@ -195,7 +193,7 @@ pub async fn join_or_create_world(
         store,
         &mkey,
         Bytes::from(Marker { world }.encode()),
-        fence,
+        &fence,
         op,
     )
     .await?;

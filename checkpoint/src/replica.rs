@@ -23,7 +23,7 @@ use quire_log::{
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::format::{Checkpoint, Root, TIERS, decode_shard, grid};
 use crate::keys::{checkpoint_key, checkpoint_prefix, parse_checkpoint_key, root_key, shard_key};
-use crate::objects::read_verified;
+use crate::objects::{get_retrying, read_verified, retrying};
 
 /// How many shards cold start and adoption read at once, by default.
 pub const DEFAULT_LOAD_WORKERS: usize = 32;
@@ -88,6 +88,9 @@ pub struct OpenOptions {
     /// How many shards to read at once.
     pub workers: usize,
     pub clock: Arc<dyn Clock>,
+    /// Where generations are not unique: how long a checkpoint's objects settle before it
+    /// names them (see `objects`; [`crate::objects::SETTLE`] unless a test shortens it).
+    pub settle: Duration,
 }
 
 impl Default for OpenOptions {
@@ -97,6 +100,7 @@ impl Default for OpenOptions {
             checkpoint: None,
             workers: DEFAULT_LOAD_WORKERS,
             clock: Arc::new(quire_log::SystemClock),
+            settle: crate::objects::SETTLE,
         }
     }
 }
@@ -111,8 +115,11 @@ pub struct Replica {
     pub(crate) tracker: Tracker,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) workers: usize,
+    pub(crate) settle: Duration,
     /// When the first slot after the base was applied.
     pending_since: Option<Timestamp>,
+    /// Newer checkpoints cold start could not use (see [`Replica::open`]).
+    skipped: Vec<u64>,
 }
 
 /// Lists every checkpoint sequence under `prefix`, oldest first, with its attributes. A key
@@ -122,9 +129,13 @@ pub async fn list_checkpoints(
     prefix: &str,
     op: Op,
 ) -> Result<Vec<(u64, quire_blob::Attributes)>> {
-    let listed = quire_blob::list_all(store, &checkpoint_prefix(prefix), "")
-        .await
-        .map_err(|e| Error::storage(op, e))?;
+    let under = checkpoint_prefix(prefix);
+    let listed = retrying(
+        || quire_blob::list_all(store, &under, ""),
+        |e: &quire_blob::Error| Some(e.kind()),
+    )
+    .await
+    .map_err(|e| Error::storage(op, e))?;
     listed
         .into_iter()
         .map(|attrs| match parse_checkpoint_key(prefix, &attrs.key) {
@@ -147,7 +158,7 @@ pub(crate) async fn read_checkpoint(
     op: Op,
 ) -> Result<Base> {
     let key = checkpoint_key(prefix, sequence);
-    let object = store.get(&key).await.map_err(|e| {
+    let object = get_retrying(store, &key).await.map_err(|e| {
         if e.is_not_found() {
             Error::integrity(op, &key, "listed checkpoint is missing")
         } else {
@@ -217,6 +228,12 @@ impl Replica {
     /// Cold start: reads the marker, finds the newest checkpoint (or the one asked for),
     /// loads its root and shards in parallel, builds the world state and replays every slot
     /// after it. No document body is read.
+    ///
+    /// A checkpoint that fails verification or is incomplete (an integrity error while
+    /// loading it, checking its tip or replaying after it) costs only replay: the next older
+    /// one is tried, down to the genesis checkpoint. The ones passed over are
+    /// [`Replica::skipped`]. A checkpoint asked for by sequence is loaded or refused, never
+    /// replaced by another.
     pub async fn open(
         store: Arc<dyn BlobStore>,
         prefix: &str,
@@ -224,7 +241,7 @@ impl Replica {
     ) -> Result<Replica> {
         let op = Op::Load;
         let mkey = log_keys::marker_key(prefix);
-        let marker = match store.get(&mkey).await {
+        let marker = match get_retrying(&*store, &mkey).await {
             Ok(object) => {
                 Marker::decode(&object.data).map_err(|why| Error::integrity(op, &mkey, why))?
             }
@@ -244,28 +261,60 @@ impl Replica {
             ));
         }
         let listed = list_checkpoints(&*store, prefix, op).await?;
-        let sequence = match options.checkpoint {
-            Some(wanted) => listed
-                .iter()
-                .map(|(s, _)| *s)
-                .find(|s| *s == wanted)
-                .ok_or_else(|| {
-                    Error::new(
-                        op,
-                        checkpoint_key(prefix, wanted),
-                        ErrorKind::NotFound,
-                        "no such checkpoint",
-                    )
-                })?,
-            None => listed.last().map(|(s, _)| *s).ok_or_else(|| {
-                Error::integrity(
-                    op,
-                    checkpoint_prefix(prefix),
-                    "a world marker without a checkpoint",
-                )
-            })?,
+        let candidates: Vec<u64> = match options.checkpoint {
+            Some(wanted) => vec![
+                listed
+                    .iter()
+                    .map(|(s, _)| *s)
+                    .find(|s| *s == wanted)
+                    .ok_or_else(|| {
+                        Error::new(
+                            op,
+                            checkpoint_key(prefix, wanted),
+                            ErrorKind::NotFound,
+                            "no such checkpoint",
+                        )
+                    })?,
+            ],
+            None => listed.iter().rev().map(|(s, _)| *s).collect(),
         };
-        let base = read_checkpoint(&*store, prefix, sequence, marker.world, op).await?;
+        if candidates.is_empty() {
+            return Err(Error::integrity(
+                op,
+                checkpoint_prefix(prefix),
+                "a world marker without a checkpoint",
+            ));
+        }
+        let mut skipped = Vec::new();
+        let mut failed = None;
+        for sequence in candidates {
+            match Replica::open_at(store.clone(), prefix, options, marker.world, sequence).await {
+                Ok(mut replica) => {
+                    replica.skipped = skipped;
+                    return Ok(replica);
+                }
+                Err(e) if e.is_integrity() && options.checkpoint.is_none() => {
+                    tracing::warn!(sequence, error = %e, "checkpoint unusable; trying an older one");
+                    skipped.push(sequence);
+                    failed = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Even the genesis checkpoint failed: the fault is in the log (or the genesis).
+        Err(failed.expect("at least one candidate was tried"))
+    }
+
+    /// Cold start from checkpoint `sequence` of `world`.
+    async fn open_at(
+        store: Arc<dyn BlobStore>,
+        prefix: &str,
+        options: &OpenOptions,
+        world: WorldId,
+        sequence: u64,
+    ) -> Result<Replica> {
+        let op = Op::Load;
+        let base = read_checkpoint(&*store, prefix, sequence, world, op).await?;
         let (docs, marks) = load_groups(&store, prefix, &base, options.workers).await?;
         // The tracker's map builds beside the world state.
         let marks = tokio::task::spawn_blocking(move || {
@@ -273,7 +322,7 @@ impl Replica {
             marks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             quire_log::state::ordmap_from_sorted(marks)
         });
-        let state = WorldState::restore_shared(marker.world, sequence, base.checkpoint.tip, docs)
+        let state = WorldState::restore_shared(world, sequence, base.checkpoint.tip, docs)
             .map_err(|e| Error::from_log(op, e))?;
         let tracker = Tracker {
             changes: marks.await.map_err(|e| {
@@ -289,7 +338,9 @@ impl Replica {
             tracker,
             clock: options.clock.clone(),
             workers: options.workers,
+            settle: options.settle,
             pending_since: None,
+            skipped: Vec::new(),
         };
         let applied = replica.catch_up().await?;
         if applied == 0 && sequence > GENESIS_SEQUENCE {
@@ -298,6 +349,12 @@ impl Replica {
                 .await?;
         }
         Ok(replica)
+    }
+
+    /// The checkpoints cold start passed over because they failed verification or were
+    /// incomplete, newest first.
+    pub fn skipped(&self) -> &[u64] {
+        &self.skipped
     }
 
     /// Checks that the slot ending at `sequence` hashes to `tip`.
@@ -330,9 +387,12 @@ impl Replica {
                 ))
             };
         }
-        let slot = tip::find_slot_holding(&*self.store, &self.prefix, sequence)
-            .await
-            .map_err(|e| Error::from_log(op, e))?;
+        let slot = retrying(
+            || tip::find_slot_holding(&*self.store, &self.prefix, sequence),
+            quire_log::Error::blob_kind,
+        )
+        .await
+        .map_err(|e| Error::from_log(op, e))?;
         match slot {
             Some(slot) if slot.slot.last() == sequence && slot.hash == tip_hash => Ok(()),
             Some(_) => Err(Error::integrity(
@@ -464,9 +524,13 @@ impl Replica {
     /// slot. Returns how many slots were applied.
     pub async fn catch_up(&mut self) -> Result<usize> {
         let op = Op::Replay;
-        let next = tip::read_slot(&*self.store, &self.prefix, self.state.sequence() + 1)
-            .await
-            .map_err(|e| Error::from_log(op, e))?;
+        let probe = self.state.sequence() + 1;
+        let next = retrying(
+            || tip::read_slot(&*self.store, &self.prefix, probe),
+            quire_log::Error::blob_kind,
+        )
+        .await
+        .map_err(|e| Error::from_log(op, e))?;
         let Some(next) = next else {
             return Ok(0);
         };
@@ -485,9 +549,12 @@ impl Replica {
         let op = Op::Replay;
         let log = log_keys::log_prefix(&self.prefix);
         let after = log_keys::slot_key(&self.prefix, self.state.sequence());
-        let listed = quire_blob::list_all(&*self.store, &log, &after)
-            .await
-            .map_err(|e| Error::storage(op, e))?;
+        let listed = retrying(
+            || quire_blob::list_all(&*self.store, &log, &after),
+            |e: &quire_blob::Error| Some(e.kind()),
+        )
+        .await
+        .map_err(|e| Error::storage(op, e))?;
         let mut sequences = Vec::with_capacity(listed.len());
         for attrs in &listed {
             let sequence = log_keys::parse_slot_key(&self.prefix, &attrs.key).ok_or_else(|| {
@@ -503,9 +570,12 @@ impl Replica {
                 let prefix = prefix.clone();
                 // Spawned, so slots decode on the other workers while this one applies.
                 let read = tokio::spawn(async move {
-                    let slot = tip::read_slot(&*store, &prefix, sequence)
-                        .await
-                        .map_err(|e| Error::from_log(op, e))?;
+                    let slot = retrying(
+                        || tip::read_slot(&*store, &prefix, sequence),
+                        quire_log::Error::blob_kind,
+                    )
+                    .await
+                    .map_err(|e| Error::from_log(op, e))?;
                     slot.ok_or_else(|| {
                         Error::integrity(
                             op,
@@ -675,6 +745,7 @@ impl Replica {
                 }
             }
         }
+        let mut checked = Vec::with_capacity(newest.len());
         for (path, doc) in newest {
             let Some(ours) = self.state.doc(&path) else {
                 return Err(Error::integrity(
@@ -702,7 +773,12 @@ impl Replica {
                     "checkpoint disagrees with the log",
                 ));
             }
-            self.fold(&path, doc.history.clone(), doc.current, op)?;
+            checked.push((path, doc.history, doc.current));
+        }
+        // Folded only once every document checked: a refused checkpoint leaves the state as
+        // it was, so the replica can keep its base and write past it.
+        for (path, history, current) in checked {
+            self.fold(&path, history, current, op)?;
         }
         self.rest_on(base);
         Ok(true)

@@ -24,7 +24,7 @@ use crate::format::{
 };
 use crate::history::{BlockCache, fold};
 use crate::keys::{checkpoint_key, history_key, root_key, shard_key};
-use crate::objects::{Fence, Put, put};
+use crate::objects::{Fence, Put, put, put_addressed, settle};
 use crate::replica::{Base, Replica, Tracker};
 
 /// Counts of what a checkpoint write did.
@@ -42,6 +42,12 @@ pub struct WriteStats {
     pub bytes_written: u64,
     /// Whether this job's create made the checkpoint object (not a racer's).
     pub own: bool,
+    /// Objects a drop deleted while they settled, created again before being named (only
+    /// where generations are not unique).
+    pub recreated: u64,
+    /// The newest modification time the bucket reported during the run: the bucket's
+    /// clock, for a drop that follows.
+    pub bucket_time: Option<std::time::SystemTime>,
 }
 
 impl WriteStats {
@@ -80,11 +86,18 @@ pub struct CheckpointJob {
     tracker: Tracker,
     fence: Fence,
     workers: usize,
+    cap: Duration,
 }
+
+/// The longest a checkpoint run may take. The generation fence's margin assumes it: an
+/// object found young (at most half the drop grace old) is named before it can be old
+/// enough to drop, and a base stays kept while a job carries its shards. A run that reaches
+/// the cap stops before naming anything; what it wrote is reused by the next.
+pub const RUN_CAP: Duration = Duration::from_secs(300);
 
 impl Replica {
     /// Prepares a checkpoint of the current state. `freshen_after` is the generation fence's
-    /// age (half the drop grace).
+    /// age (half the drop grace); the run is capped at [`RUN_CAP`].
     pub fn prepare(&self, freshen_after: Duration) -> CheckpointJob {
         let now = std::time::UNIX_EPOCH + Duration::from_secs(self.clock.now().0);
         CheckpointJob {
@@ -93,8 +106,9 @@ impl Replica {
             state: self.state.clone(),
             base: self.base.clone(),
             tracker: self.tracker.clone(),
-            fence: Fence { now, freshen_after },
+            fence: Fence::new(now, freshen_after).settling(self.settle),
             workers: self.workers,
+            cap: RUN_CAP,
         }
     }
 
@@ -151,8 +165,40 @@ impl CheckpointJob {
         self.state.sequence()
     }
 
-    /// Writes the checkpoint; `None` when the state is the base's.
+    /// Caps the run at `cap` instead of [`RUN_CAP`] (a cap longer than the fence assumes
+    /// shrinks its margin).
+    pub fn with_cap(mut self, cap: Duration) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// Where generations are not unique: how long written objects settle before they are
+    /// named, instead of [`crate::objects::SETTLE`] (see `objects`).
+    pub fn with_settle(mut self, settle: Duration) -> Self {
+        self.fence.settle = settle;
+        self
+    }
+
+    /// Writes the checkpoint; `None` when the state is the base's. A run that reaches its
+    /// cap fails with a storage error and names nothing.
     pub async fn run(self) -> Result<Option<Written>> {
+        let cap = self.cap;
+        let key = checkpoint_key(&self.prefix, self.state.sequence());
+        match tokio::time::timeout(cap, self.run_uncapped()).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::new(
+                Op::Write,
+                key,
+                ErrorKind::Storage,
+                format!(
+                    "the run reached its cap of {} s; nothing was named",
+                    cap.as_secs()
+                ),
+            )),
+        }
+    }
+
+    async fn run_uncapped(self) -> Result<Option<Written>> {
         let op = Op::Write;
         let s = self.state.sequence();
         if s <= self.base.sequence() {
@@ -312,20 +358,28 @@ impl CheckpointJob {
             shards: shards.len() as u64,
             ..WriteStats::default()
         };
-        let fence = self.fence;
+        let fence = &self.fence;
         let workers = self.workers.max(1);
-        for (dir, objects) in [(0, blocks), (1, shards)] {
+        // What a drop may collect, kept to settle before the checkpoint names it (history
+        // blocks are never collected).
+        let mut collectable: Vec<(String, Bytes)> = shards
+            .iter()
+            .map(|(hash, bytes)| (shard_key(prefix, hash), bytes.clone()))
+            .collect();
+        collectable.push((root_key(prefix, &root_hash), root_bytes.clone()));
+        let keyed_blocks = blocks
+            .into_iter()
+            .map(|(hash, bytes)| (history_key(prefix, &hash), bytes));
+        let keyed_shards = shards
+            .into_iter()
+            .map(|(hash, bytes)| (shard_key(prefix, &hash), bytes));
+        for objects in [keyed_blocks.collect::<Vec<_>>(), keyed_shards.collect()] {
             let outcomes: Vec<(Put, usize)> = futures::stream::iter(objects)
-                .map(|(hash, bytes)| {
-                    let key = if dir == 0 {
-                        history_key(prefix, &hash)
-                    } else {
-                        shard_key(prefix, &hash)
-                    };
-                    async move {
-                        let len = bytes.len();
-                        put(store, &key, bytes, fence, op).await.map(|p| (p, len))
-                    }
+                .map(|(key, bytes)| async move {
+                    let len = bytes.len();
+                    put_addressed(store, &key, bytes, fence, op)
+                        .await
+                        .map(|p| (p, len))
                 })
                 .buffer_unordered(workers)
                 .try_collect()
@@ -336,9 +390,10 @@ impl CheckpointJob {
         }
         let len = root_bytes.len();
         stats.count(
-            put(store, &root_key(prefix, &root_hash), root_bytes, fence, op).await?,
+            put_addressed(store, &root_key(prefix, &root_hash), root_bytes, fence, op).await?,
             len,
         );
+        stats.recreated = settle(store, &collectable, fence, workers, op).await?;
         let checkpoint_bytes = checkpoint.encode();
         let len = checkpoint_bytes.len();
         let outcome = put(
@@ -349,6 +404,7 @@ impl CheckpointJob {
             op,
         )
         .await?;
+        stats.bucket_time = fence.bucket_time();
         stats.own = outcome == Put::Created;
         stats.count(outcome, len);
         Ok(Some(Written {

@@ -13,13 +13,20 @@ use quire_checkpoint::drop::drop_old;
 use quire_checkpoint::keys::{root_key, shard_key};
 use quire_checkpoint::objects::{Fence, Put, put};
 use quire_checkpoint::{Compactor, Op, OpenOptions, Policy, Replica, Step, state_digest};
+use quire_log::marker::GENESIS_SEQUENCE;
 use quire_log::{Hash, ManualClock, Timestamp};
 
 const GRACE: Duration = Duration::from_secs(3600);
 const FRESHEN: Duration = Duration::from_secs(1800);
 
+/// Opens a replica; on a store without unique generations its checkpoints settle for a
+/// moment rather than two minutes (the race tests order the drop with holds instead).
 async fn open(store: &Arc<dyn BlobStore>) -> Replica {
-    Replica::open(store.clone(), PREFIX, &OpenOptions::default())
+    let options = OpenOptions {
+        settle: Duration::from_millis(10),
+        ..OpenOptions::default()
+    };
+    Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap()
 }
@@ -27,6 +34,19 @@ async fn open(store: &Arc<dyn BlobStore>) -> Replica {
 /// A world of 600 documents with seven checkpoints (zero and six written), each after a few
 /// changes.
 async fn checkpointed(store: Arc<dyn BlobStore>) -> Writer {
+    checkpointed_with_laggard(store, None).await.0
+}
+
+/// [`checkpointed`], and when a clock is given a laggard: a replica on that clock opened
+/// when the log reached the second checkpoint's sequence and never caught up since, so a
+/// checkpoint it writes is the second checkpoint again.
+async fn checkpointed_with_laggard(
+    store: Arc<dyn BlobStore>,
+    laggard_clock: Option<Arc<ManualClock>>,
+) -> (Writer, Option<Replica>) {
+    // With a laggard every round rewrites the same two documents, so each checkpoint's top
+    // shards hold versions no later checkpoint holds.
+    let churn = laggard_clock.is_some();
     let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
     for chunk in 0..3 {
         let slot: Vec<_> = (0..200)
@@ -35,19 +55,34 @@ async fn checkpointed(store: Arc<dyn BlobStore>) -> Writer {
         writer.commit(&slot).await;
     }
     let mut replica = open(&store).await;
+    let mut laggard = None;
     for r in 0..6 {
         for i in 0..2 {
             writer
                 .commit(&[publish(
-                    &format!("/d/{}.md", (r * 3 + i) % 40),
+                    &format!("/d/{}.md", if churn { i } else { (r * 3 + i) % 40 }),
                     &format!("r{r} i{i}\n"),
                 )])
                 .await;
         }
+        if r == 0
+            && let Some(clock) = &laggard_clock
+        {
+            let options = OpenOptions {
+                clock: clock.clone(),
+                settle: Duration::from_millis(10),
+                ..OpenOptions::default()
+            };
+            laggard = Some(
+                Replica::open(store.clone(), PREFIX, &options)
+                    .await
+                    .unwrap(),
+            );
+        }
         replica.catch_up().await.unwrap();
         replica.checkpoint(FRESHEN).await.unwrap().unwrap();
     }
-    writer
+    (writer, laggard)
 }
 
 /// Shards and root of every checkpoint, by sequence.
@@ -103,8 +138,10 @@ async fn drop_keeps_the_newest_three_and_whatever_the_grace_protects() {
         .await
         .unwrap();
     let sequences: Vec<u64> = before.iter().map(|(s, _, _)| *s).collect();
-    assert_eq!(report.dropped, sequences[..4]);
-    assert_eq!(report.kept, sequences[4..]);
+    // The genesis checkpoint is kept: a whole replay can always be asked for.
+    assert_eq!(report.dropped, sequences[1..4]);
+    assert_eq!(report.kept[0], sequences[0]);
+    assert_eq!(report.kept[1..], sequences[4..]);
     assert!(report.deleted > 0);
 
     let kept_shards: HashSet<Hash> = before[4..]
@@ -129,7 +166,7 @@ async fn drop_keeps_the_newest_three_and_whatever_the_grace_protects() {
             );
         }
     }
-    for (_, root, shards) in &before[..4] {
+    for (_, root, shards) in &before[1..4] {
         assert!(!exists(&store, &root_key(PREFIX, root)).await);
         for shard in shards.iter().filter(|h| !kept_shards.contains(h)) {
             assert!(!exists(&store, &shard_key(PREFIX, shard)).await);
@@ -137,6 +174,18 @@ async fn drop_keeps_the_newest_three_and_whatever_the_grace_protects() {
     }
     let cold = open(&store).await;
     assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
+    let replayed = Replica::open(
+        store.clone(),
+        PREFIX,
+        &OpenOptions {
+            checkpoint: Some(GENESIS_SEQUENCE),
+            ..OpenOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(replayed.base().sequence(), GENESIS_SEQUENCE);
+    assert_eq!(state_digest(replayed.state()), state_digest(&writer.state));
 }
 
 #[tokio::test(start_paused = true)]
@@ -161,7 +210,7 @@ async fn a_drop_cut_short_is_finished_by_the_next() {
         .unwrap();
     assert!(!report.dropped.is_empty());
     let left = references(&store).await;
-    assert_eq!(left.len(), 3);
+    assert_eq!(left.len(), 4, "the genesis and the newest three");
     let kept_roots: HashSet<String> = left.iter().map(|(_, r, _)| root_key(PREFIX, r)).collect();
     let roots: HashSet<String> = quire_blob::list_all(&*store, "w/roots/", "")
         .await
@@ -174,8 +223,8 @@ async fn a_drop_cut_short_is_finished_by_the_next() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reused_shard_rewritten_during_a_drop_survives_it() {
-    let memory = memory();
-    let simulated = Arc::new(Simulated::new(memory.clone(), 5));
+    let aged = Arc::new(Aged::new(memory()));
+    let simulated = Arc::new(Simulated::new(aged.clone(), 5));
     let store: Arc<dyn BlobStore> = simulated.clone();
     checkpointed(store.clone()).await;
     let before = references(&store).await;
@@ -192,7 +241,9 @@ async fn a_reused_shard_rewritten_during_a_drop_survives_it() {
         .collect();
     assert!(!doomed.is_empty());
 
+    // Two hours pass: what the checkpoints wrote is past the grace.
     let later = SystemTime::now() + 2 * GRACE;
+    aged.set_now(later);
     let hold = simulated.hold(BlobOp::Delete, "w/shards/");
     let dropping = {
         let store = store.clone();
@@ -201,32 +252,126 @@ async fn a_reused_shard_rewritten_during_a_drop_survives_it() {
     hold.wait_held(1).await;
     hold.stop_catching();
     // A checkpoint being written now reuses these shards: the fence rewrites them first.
-    let fence = Fence {
-        now: later,
-        freshen_after: GRACE / 2,
-    };
+    let fence = Fence::new(later, GRACE / 2);
     for hash in &doomed {
         let key = shard_key(PREFIX, hash);
         let bytes = store.get(&key).await.unwrap().data;
         assert_eq!(
-            put(&*store, &key, bytes, fence, Op::Write).await.unwrap(),
+            put(&*store, &key, bytes, &fence, Op::Write).await.unwrap(),
             Put::Freshened
         );
     }
     hold.release();
     let report = dropping.await.unwrap().unwrap();
     assert!(report.spared >= 1, "{report:?}");
-    let survivors = futures::future::join_all(doomed.iter().map(|h| {
-        let store = store.clone();
-        async move { exists(&store, &shard_key(PREFIX, h)).await }
-    }))
-    .await;
+    for hash in &doomed {
+        // The held delete met a new generation; every later one found the shard young.
+        assert!(
+            exists(&store, &shard_key(PREFIX, hash)).await,
+            "freshened shard {hash} was deleted"
+        );
+    }
+}
+
+/// The drop race with a real writer: a replica that fell behind writes a checkpoint (the
+/// second one again, byte for byte) while a drop is deleting that very checkpoint's shards.
+/// Its write reuses and freshens them; afterwards every object its new base names exists,
+/// and the checkpoint it writes next (carrying those shards) opens. Where generations are
+/// unique the held delete meets a new generation; where they are not (S3), the delete lands
+/// while the writer lets its objects settle, and the writer creates the shard again.
+async fn a_checkpoint_rewritten_during_a_drop_keeps_what_it_names(bucket: Arc<dyn BlobStore>) {
+    let aged = Arc::new(Aged::new(bucket));
+    let simulated = Arc::new(Simulated::new(aged.clone(), 11));
+    let store: Arc<dyn BlobStore> = simulated.clone();
+    let later = SystemTime::now() + 2 * GRACE;
+    let clock = Arc::new(ManualClock::new(Timestamp(
+        later.duration_since(UNIX_EPOCH).unwrap().as_secs(),
+    )));
+    let (writer, laggard) = checkpointed_with_laggard(store.clone(), Some(clock)).await;
+    let mut laggard = laggard.unwrap();
+    let before = references(&store).await;
+    let (second, _, second_shards) = before[1].clone();
+    assert_eq!(laggard.state().sequence(), second);
+    let kept_shards: HashSet<Hash> = before[2..]
+        .iter()
+        .flat_map(|(_, _, s)| s.iter().copied())
+        .collect();
     assert!(
-        survivors.iter().any(|s| *s),
-        "the delete racing the rewrite failed"
+        second_shards.iter().any(|h| !kept_shards.contains(h)),
+        "the second checkpoint has shards no kept one names"
     );
-    // The checkpoint whose shard survived is kept for the next drop to resume.
-    assert!(report.dropped.len() < 4, "{report:?}");
+
+    // Two hours pass. Keeping five drops only the second checkpoint: its own shards are
+    // what it deletes.
+    aged.set_now(later);
+    let hold_delete = simulated.hold(BlobOp::Delete, "w/shards/");
+    let dropping = {
+        let store = store.clone();
+        tokio::spawn(async move { drop_old(&*store, PREFIX, WORLD, 5, GRACE, later).await })
+    };
+    hold_delete.wait_held(1).await;
+    hold_delete.stop_catching();
+    // The hold, not the settle time, orders the race here.
+    let job = laggard.prepare(FRESHEN).with_settle(Duration::ZERO);
+    let hold_head = simulated.hold(BlobOp::Head, "w/shards/");
+    let mut running = tokio::spawn(job.run());
+    let finished = tokio::select! {
+        written = &mut running => Some(written),
+        () = hold_head.wait_held(1) => None,
+    };
+    let written = match finished {
+        Some(written) => {
+            // Nothing settled (generations are unique): the write is done, then the drop.
+            hold_head.release();
+            hold_delete.release();
+            dropping.await.unwrap().unwrap();
+            written
+        }
+        None => {
+            // The writer is settling what it wrote: the drop's delete lands now.
+            hold_head.stop_catching();
+            hold_delete.release();
+            dropping.await.unwrap().unwrap();
+            hold_head.release();
+            running.await
+        }
+    };
+    let written = written.unwrap().unwrap().unwrap();
+    assert_eq!(written.base.sequence(), second);
+    assert!(written.stats.freshened > 0, "{:?}", written.stats);
+    if !store.unique_generations() {
+        assert!(written.stats.recreated >= 1, "{:?}", written.stats);
+    }
+    laggard.install(written).unwrap();
+    for shard in &second_shards {
+        assert!(
+            exists(&store, &shard_key(PREFIX, shard)).await,
+            "shard {shard} of the laggard's base is gone"
+        );
+    }
+    laggard.catch_up().await.unwrap();
+    laggard.checkpoint(FRESHEN).await.unwrap().unwrap();
+    let next = laggard.base().sequence();
+    let options = OpenOptions {
+        checkpoint: Some(next),
+        ..OpenOptions::default()
+    };
+    let cold = Replica::open(store.clone(), PREFIX, &options)
+        .await
+        .unwrap();
+    assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_rewritten_during_a_drop_keeps_what_it_names_on_memory() {
+    a_checkpoint_rewritten_during_a_drop_keeps_what_it_names(memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_rewritten_during_a_drop_keeps_what_it_names_on_s3() {
+    let Some(s3) = s3().await else { return };
+    assert!(!s3.unique_generations());
+    a_checkpoint_rewritten_during_a_drop_keeps_what_it_names(s3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

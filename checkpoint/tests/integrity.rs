@@ -1,5 +1,6 @@
-//! Corrupt, foreign or inconsistent objects fail cold start with integrity errors, never a
-//! panic.
+//! Corrupt, foreign or inconsistent objects are integrity errors, never a panic: a damaged
+//! checkpoint is refused when asked for by name and passed over by cold start, which falls
+//! back to an older one and replays.
 
 mod common;
 
@@ -100,6 +101,26 @@ async fn open_fails(store: &Arc<dyn BlobStore>, why: &str) {
     assert!(err.to_string().contains(why), "{err} should say {why:?}");
 }
 
+/// Checkpoint `sequence` asked for by name fails with an integrity error saying `why`, and
+/// cold start passes over it to an older one: the state is the writer's all the same.
+async fn checkpoint_refused(store: &Arc<dyn BlobStore>, writer: &Writer, sequence: u64, why: &str) {
+    let exactly = OpenOptions {
+        checkpoint: Some(sequence),
+        ..OpenOptions::default()
+    };
+    let err = Replica::open(store.clone(), PREFIX, &exactly)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity, "{err}");
+    assert!(err.to_string().contains(why), "{err} should say {why:?}");
+    let replica = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
+        .await
+        .unwrap();
+    assert!(replica.base().sequence() < sequence);
+    assert_eq!(replica.skipped().first(), Some(&sequence));
+    assert_eq!(state_digest(replica.state()), state_digest(&writer.state));
+}
+
 #[tokio::test]
 async fn a_planted_well_formed_checkpoint_loads() {
     // The baseline the other cases break one thing of.
@@ -137,7 +158,7 @@ async fn a_wrong_shard_label_fails() {
         writer.state.tip(),
     )
     .await;
-    open_fails(&store, "labelled").await;
+    checkpoint_refused(&store, &writer, writer.state.sequence(), "labelled").await;
 }
 
 #[tokio::test]
@@ -154,7 +175,7 @@ async fn unsorted_or_duplicate_entries_fail() {
         writer.state.tip(),
     )
     .await;
-    open_fails(&store, "path-sorted").await;
+    checkpoint_refused(&store, &writer, writer.state.sequence(), "path-sorted").await;
 
     let (store, writer, docs) = world().await;
     let twice = vec![&docs[0], &docs[0], &docs[1], &docs[2]];
@@ -167,7 +188,7 @@ async fn unsorted_or_duplicate_entries_fail() {
         writer.state.tip(),
     )
     .await;
-    open_fails(&store, "path-sorted").await;
+    checkpoint_refused(&store, &writer, writer.state.sequence(), "path-sorted").await;
 }
 
 #[tokio::test]
@@ -188,7 +209,7 @@ async fn a_document_under_a_document_fails() {
         writer.state.tip(),
     )
     .await;
-    open_fails(&store, "/a.md is a").await;
+    checkpoint_refused(&store, &writer, writer.state.sequence(), "/a.md is a").await;
 }
 
 #[tokio::test]
@@ -205,7 +226,7 @@ async fn wrong_counts_fail() {
         writer.state.tip(),
     )
     .await;
-    open_fails(&store, "shards hold").await;
+    checkpoint_refused(&store, &writer, writer.state.sequence(), "shards hold").await;
 
     let (store, writer, docs) = world().await;
     let all: Vec<&DocState> = docs.iter().collect();
@@ -218,7 +239,7 @@ async fn wrong_counts_fail() {
         writer.state.tip(),
     )
     .await;
-    open_fails(&store, "do not fit").await;
+    checkpoint_refused(&store, &writer, writer.state.sequence(), "do not fit").await;
 }
 
 #[tokio::test]
@@ -235,7 +256,7 @@ async fn a_checkpoint_off_the_slot_chain_fails() {
         Hash::of(b"elsewhere"),
     )
     .await;
-    open_fails(&store, "slot chain").await;
+    checkpoint_refused(&store, &writer, writer.state.sequence(), "slot chain").await;
 }
 
 #[tokio::test]
@@ -247,10 +268,11 @@ async fn foreign_missing_and_damaged_objects_fail() {
         .unwrap();
     open_fails(&store, "not a checkpoint").await;
 
-    let (store, _, _) = world().await;
+    let (store, writer, _) = world().await;
     let replica = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();
+    let s = replica.base().sequence();
     let shard = replica.base().root.tiers[2].shards[0].unwrap();
     let key = shard_key(PREFIX, &shard);
     let attrs = store.head(&key).await.unwrap();
@@ -258,10 +280,10 @@ async fn foreign_missing_and_damaged_objects_fail() {
         .replace(&key, &attrs.generation, Bytes::from_static(b"\xa0"))
         .await
         .unwrap();
-    open_fails(&store, "do not hash").await;
+    checkpoint_refused(&store, &writer, s, "do not hash").await;
     let attrs = store.head(&key).await.unwrap();
     store.delete(&key, &attrs.generation).await.unwrap();
-    open_fails(&store, "missing").await;
+    checkpoint_refused(&store, &writer, s, "missing").await;
 }
 
 #[tokio::test]
@@ -277,6 +299,10 @@ async fn every_flipped_byte_of_every_checkpoint_object_is_an_integrity_error() {
         .unwrap();
     replica.checkpoint(FRESHEN).await.unwrap();
     let s = replica.base().sequence();
+    let exactly = OpenOptions {
+        checkpoint: Some(s),
+        ..OpenOptions::default()
+    };
     let newest_objects: Vec<String> = {
         let base = replica.base();
         let mut keys = vec![
@@ -302,10 +328,20 @@ async fn every_flipped_byte_of_every_checkpoint_object_is_an_integrity_error() {
                 .replace(&key, &attrs.generation, Bytes::from(damaged))
                 .await
                 .unwrap();
-            let err = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
+            let err = Replica::open(store.clone(), PREFIX, &exactly)
                 .await
                 .expect_err(&format!("{key} byte {at}"));
             assert_eq!(err.kind(), ErrorKind::Integrity, "{key} byte {at}: {err}");
+            // Cold start passes over the damaged checkpoint: it costs only replay.
+            let fallen_back = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
+                .await
+                .unwrap();
+            assert!(fallen_back.base().sequence() < s, "{key} byte {at}");
+            assert_eq!(
+                state_digest(fallen_back.state()),
+                state_digest(&writer.state),
+                "{key} byte {at}"
+            );
         }
         let attrs = store.head(&key).await.unwrap();
         store

@@ -12,6 +12,7 @@
 //! | body | [`run_body_suite`] | [`body_case_names`]: LOOKUP in body mode (sections, ranking, scope, filters, updates, the fallback rule) |
 //! | replica | [`run_replica_suite`] | [`replica_case_names`]: freshness across replicas, no lost writes |
 //! | differential | [`run_differential`] | one case per seed: random operations against a reference, answers and [`observe`]d snapshots compared |
+//! | reliability gate | [`gate::run_gate`] | a whole bucket-store world in simulation under faults and crashes, then audited: no acknowledged write lost |
 //!
 //! # Adding a blob driver
 //!
@@ -54,6 +55,7 @@ mod bucket_factory;
 mod catalog;
 mod differential;
 mod factories;
+pub mod gate;
 mod harness;
 pub mod model;
 mod replica;

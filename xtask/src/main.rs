@@ -6,9 +6,12 @@
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
 //! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, or `all`), in the release profile.
+//! - `gate`: the reliability gate at full size, in the release profile (its short form runs
+//!   with the tests).
 
 mod clients;
 mod conformance;
+mod gate;
 mod servers;
 
 use std::process::Command;
@@ -32,6 +35,9 @@ enum Task {
     /// Start the local S3 and GCS servers, install the end-to-end clients, and print their
     /// environment until interrupted.
     Servers,
+    /// Run the reliability gate: a million-document world for ten simulated minutes under
+    /// faults and crashes, then audited (`QUIRE_SIM_SEED=N` or `--seed N` replays a run).
+    Gate(gate::GateArgs),
     /// Run a benchmark: `commit` (group commit on a simulated bucket), `coldstart` (a
     /// million-document world on the file driver), `search` (body search over generated
     /// markdown on the file driver), or `all`. Arguments after `--` go to the
@@ -83,6 +89,7 @@ async fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Test => test().await,
         Task::Bench { which, args } => bench(which, &args),
+        Task::Gate(args) => gate::run(&args),
         Task::Conformance => {
             let (scratch, servers) = start_servers().await?;
             conformance::run_table(scratch.path(), &servers).await

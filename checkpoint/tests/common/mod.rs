@@ -29,6 +29,47 @@ pub fn memory() -> Arc<dyn BlobStore> {
     Arc::new(MemoryStore::new())
 }
 
+/// A fresh bucket on the S3 server the environment names (`cargo xtask servers` starts one
+/// and prints its QUIRE_TEST_S3_* variables); `None`, and the case is skipped, without one
+/// unless QUIRE_TEST_REQUIRE_SERVERS=1.
+pub async fn s3() -> Option<Arc<dyn BlobStore>> {
+    use quire_blob::s3::{S3Config, S3Store};
+    let Ok(endpoint) = std::env::var("QUIRE_TEST_S3_ENDPOINT") else {
+        assert!(
+            std::env::var("QUIRE_TEST_REQUIRE_SERVERS").as_deref() != Ok("1"),
+            "QUIRE_TEST_S3_ENDPOINT is unset but QUIRE_TEST_REQUIRE_SERVERS=1"
+        );
+        eprintln!("skipped: QUIRE_TEST_S3_ENDPOINT is unset (`cargo xtask servers` starts one)");
+        return None;
+    };
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is unset"));
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let bucket = format!(
+        "quire-checkpoint-{}-{}-{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000,
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let config = S3Config {
+        endpoint: Some(endpoint),
+        region: Some(std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into())),
+        force_path_style: true,
+        ..S3Config::new(bucket)
+    };
+    let store = S3Store::with_static_credentials(
+        config,
+        &var("AWS_ACCESS_KEY_ID"),
+        &var("AWS_SECRET_ACCESS_KEY"),
+    )
+    .expect("valid S3 configuration");
+    store.ensure_bucket().await.expect("creating a test bucket");
+    Some(Arc::new(store))
+}
+
 pub fn meta(pairs: &[(&str, &str)]) -> Metadata {
     pairs
         .iter()
@@ -162,4 +203,100 @@ pub async fn contents(store: &dyn BlobStore, prefix: &str) -> Vec<(String, Bytes
         out.push((attrs.key, data));
     }
     out
+}
+
+/// A store whose modification times come from a clock the test sets, so a test can let an
+/// hour pass: objects written before [`Aged::set_now`] look that much older, and every
+/// write after it is stamped with the new time. Everything else is the inner store's.
+#[derive(Debug)]
+pub struct Aged {
+    inner: Arc<dyn BlobStore>,
+    now: std::sync::Mutex<std::time::SystemTime>,
+    stamps: std::sync::Mutex<HashMap<String, std::time::SystemTime>>,
+}
+
+impl Aged {
+    pub fn new(inner: Arc<dyn BlobStore>) -> Aged {
+        Aged {
+            inner,
+            now: std::sync::Mutex::new(std::time::SystemTime::now()),
+            stamps: std::sync::Mutex::default(),
+        }
+    }
+
+    pub fn set_now(&self, now: std::time::SystemTime) {
+        *self.now.lock().unwrap() = now;
+    }
+
+    fn written(&self, mut attrs: quire_blob::Attributes) -> quire_blob::Attributes {
+        let now = *self.now.lock().unwrap();
+        self.stamps.lock().unwrap().insert(attrs.key.clone(), now);
+        attrs.modified = now;
+        attrs
+    }
+
+    fn stamped(&self, mut attrs: quire_blob::Attributes) -> quire_blob::Attributes {
+        if let Some(stamp) = self.stamps.lock().unwrap().get(&attrs.key) {
+            attrs.modified = *stamp;
+        }
+        attrs
+    }
+}
+
+#[async_trait::async_trait]
+impl BlobStore for Aged {
+    async fn create(&self, key: &str, data: Bytes) -> quire_blob::Result<quire_blob::Attributes> {
+        self.inner.create(key, data).await.map(|a| self.written(a))
+    }
+
+    async fn get(&self, key: &str) -> quire_blob::Result<quire_blob::Object> {
+        let mut object = self.inner.get(key).await?;
+        object.attributes = self.stamped(object.attributes);
+        Ok(object)
+    }
+
+    async fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> quire_blob::Result<Bytes> {
+        self.inner.get_range(key, range).await
+    }
+
+    async fn head(&self, key: &str) -> quire_blob::Result<quire_blob::Attributes> {
+        self.inner.head(key).await.map(|a| self.stamped(a))
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        generation: &quire_blob::Generation,
+        data: Bytes,
+    ) -> quire_blob::Result<quire_blob::Attributes> {
+        self.inner
+            .replace(key, generation, data)
+            .await
+            .map(|a| self.written(a))
+    }
+
+    async fn delete(
+        &self,
+        key: &str,
+        generation: &quire_blob::Generation,
+    ) -> quire_blob::Result<()> {
+        self.inner.delete(key, generation).await?;
+        self.stamps.lock().unwrap().remove(key);
+        Ok(())
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        cursor: Option<&str>,
+    ) -> quire_blob::Result<quire_blob::ListPage> {
+        let mut page = self.inner.list(prefix, start_after, cursor).await?;
+        page.objects = page.objects.into_iter().map(|a| self.stamped(a)).collect();
+        Ok(page)
+    }
+
+    fn unique_generations(&self) -> bool {
+        self.inner.unique_generations()
+    }
 }

@@ -1,0 +1,53 @@
+//! The reliability gate (see `quire_conformance::gate`). The short form runs with the tests
+//! (three seeds, one simulated minute on 10,000 documents); `cargo xtask gate` runs the full
+//! one (ten simulated minutes on a million documents). `QUIRE_SIM_SEED=N` replays one seed;
+//! `QUIRE_GATE_DOCS` and `QUIRE_GATE_MINUTES` resize the full run.
+
+use std::time::Duration;
+
+use quire_conformance::gate::{GateConfig, run_gate};
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_short_gate_loses_no_acknowledged_write() {
+    let seeds = match env_u64("QUIRE_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => vec![1, 2, 3],
+    };
+    for seed in seeds {
+        let report = run_gate(&GateConfig::short(seed)).await;
+        println!("{report}");
+        assert!(report.passed(), "{report}");
+        assert!(report.acknowledged > report.offered / 2, "{report}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+#[ignore = "ten simulated minutes on a million documents: run with `cargo xtask gate`"]
+async fn the_full_gate_loses_no_acknowledged_write() {
+    let seed = env_u64("QUIRE_SIM_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs())
+    });
+    let mut config = GateConfig::full(seed);
+    if let Some(docs) = env_u64("QUIRE_GATE_DOCS") {
+        config.documents = docs;
+    }
+    if let Some(minutes) = env_u64("QUIRE_GATE_MINUTES") {
+        config.duration = Duration::from_secs(60 * minutes);
+    }
+    let wall = std::time::Instant::now();
+    let report = run_gate(&config).await;
+    println!("{report}");
+    println!("  wall time {:.1} s", wall.elapsed().as_secs_f64());
+    assert!(report.passed(), "{report}");
+}
