@@ -52,6 +52,10 @@ macro_rules! replica_case {
 
 const CASES: &[(&str, ReplicaCase)] = &[
     replica_case!("path_reads_are_exact", path_reads_are_exact),
+    replica_case!(
+        "stale_writes_are_judged_at_the_tip",
+        stale_writes_are_judged_at_the_tip
+    ),
     replica_case!("catalog_reads_within_bound", catalog_reads_within_bound),
     replica_case!("own_writes_at_once", own_writes_at_once),
     replica_case!("one_snapshot_per_view", one_snapshot_per_view),
@@ -122,6 +126,75 @@ async fn path_reads_are_exact(world: Box<dyn ReplicaWorld>, _: ReplicaLoad) -> R
         "a stale write on the reader",
     )?;
     Ok(())
+}
+
+/// Writes on a replica that has not read since a peer wrote: each is judged on every write
+/// acknowledged before it, never on what the replica last saw (a republish of an old body
+/// is a change, an archive of what the peer unarchived is a change, an append finds the
+/// document the peer created, an expected version matching the peer's write commits, and a
+/// blind publish supersedes instead of conflicting).
+async fn stale_writes_are_judged_at_the_tip(
+    world: Box<dyn ReplicaWorld>,
+    _: ReplicaLoad,
+) -> Result<(), String> {
+    let (writer, stale) = pair(world.as_ref()).await?;
+    ok(stale.write("/stale/a.md", None, "X", &[]).await, "write X")?;
+    ok(stale.write("/stale/z.md", None, "z", &[]).await, "write z")?;
+    ok(stale.archive("/stale/z.md", true).await, "archive z")?;
+    ok(stale.write("/stale/e.md", None, "e1", &[]).await, "write e")?;
+    // The writer reads what the stale replica wrote, then changes all of it.
+    ok(writer.get("/stale/a.md", 0).await, "writer reads a")?;
+    ok(writer.write("/stale/a.md", None, "Y", &[]).await, "write Y")?;
+    ok(writer.archive("/stale/z.md", false).await, "unarchive z")?;
+    ok(
+        writer.write("/stale/e.md", Some(1), "e2", &[]).await,
+        "write e2",
+    )?;
+    ok(
+        writer.write("/stale/n.md", None, "n1", &[]).await,
+        "create n",
+    )?;
+    ok(
+        writer.write("/stale/m.md", None, "m", &[]).await,
+        "create m",
+    )?;
+
+    let again = ok(
+        stale.write("/stale/a.md", None, "X", &[]).await,
+        "republishing X on the stale replica",
+    )?;
+    ensure(again.version == 3, || {
+        format!("republishing X answered version {}", again.version)
+    })?;
+    let archived = ok(stale.archive("/stale/z.md", true).await, "archive z again")?;
+    ensure(archived.changed && archived.document.archived, || {
+        "archiving what a peer unarchived changed nothing".into()
+    })?;
+    let appended = ok(
+        stale.append("/stale/n.md", 1, "n2", &[]).await,
+        "append to a peer's document",
+    )?;
+    ensure(appended.version == 2, || {
+        format!("the append answered version {}", appended.version)
+    })?;
+    let set = ok(
+        stale.archive("/stale/m.md", true).await,
+        "archive a peer's document",
+    )?;
+    ensure(set.changed, || {
+        "archiving a peer's document changed nothing".into()
+    })?;
+    let matched = ok(
+        stale.write("/stale/e.md", Some(2), "e3", &[]).await,
+        "an expected version matching the peer's write",
+    )?;
+    ensure(matched.version == 3, || {
+        format!("the expected-version write answered {}", matched.version)
+    })?;
+    let got = ok(writer.get("/stale/a.md", 0).await, "writer reads a")?;
+    ensure(got.content == "X" && got.version == 3, || {
+        format!("/stale/a.md is {:?} at v{}", got.content, got.version)
+    })
 }
 
 async fn catalog_reads_within_bound(

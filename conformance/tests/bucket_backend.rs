@@ -99,7 +99,10 @@ async fn a_prefix_holding_foreign_objects_is_refused() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Integrity, "{err}");
-    assert!(err.to_string().contains("no world marker"), "{err}");
+    assert!(
+        err.to_string().contains("not a world's: shared/notes.txt"),
+        "{err}"
+    );
     let listed = quire_blob::list_all(blobs.as_ref(), "", "").await.unwrap();
     assert_eq!(listed.len(), 1, "the refused open wrote {listed:?}");
 

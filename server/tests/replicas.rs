@@ -452,7 +452,7 @@ async fn replicas_under_concurrent_writers_and_a_kill_lose_nothing(driver: Drive
     }
     late.await.unwrap();
 
-    let ledger = ledger.lock().unwrap();
+    let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     for path in ledger.paths() {
         // Every process shows the same versions 1..=current, each readable.
         let mut shown: Option<Vec<String>> = None;
