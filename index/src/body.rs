@@ -202,10 +202,12 @@ fn sorted_distinct(mut items: Vec<Arc<str>>) -> Vec<Arc<str>> {
 fn index_doc(key: EntryKey, body: &str) -> Doc {
     let mut interned: HashMap<String, Arc<str>> = HashMap::new();
     let mut intern = |t: &str| -> Arc<str> {
-        interned
-            .entry(t.to_owned())
-            .or_insert_with(|| t.into())
-            .clone()
+        if let Some(found) = interned.get(t) {
+            return found.clone();
+        }
+        let token: Arc<str> = t.into();
+        interned.insert(t.to_owned(), token.clone());
+        token
     };
     let sections: Vec<Indexed> = section::sections(body)
         .into_iter()
@@ -342,10 +344,19 @@ impl SectionIndex {
         self.remove(path);
         let doc = index_doc(key, body);
         for (token, count) in doc.vocabulary.iter().zip(&doc.section_counts) {
-            let mut posting = self.postings.remove(token).unwrap_or_default();
-            posting.sections += u64::from(*count);
-            posting.docs.insert(path.clone());
-            self.postings.insert(token.clone(), posting);
+            match self.postings.get_mut(token) {
+                Some(posting) => {
+                    posting.sections += u64::from(*count);
+                    posting.docs.insert(path.clone());
+                }
+                None => {
+                    let posting = Posting {
+                        sections: u64::from(*count),
+                        docs: OrdSet::unit(path.clone()),
+                    };
+                    self.postings.insert(token.clone(), posting);
+                }
+            }
         }
         self.sections += doc.sections.len() as u64;
         self.total_len += doc.sections.iter().map(|s| u64::from(s.len)).sum::<u64>();
@@ -358,12 +369,16 @@ impl SectionIndex {
             return;
         };
         for (token, count) in doc.vocabulary.iter().zip(&doc.section_counts) {
-            if let Some(mut posting) = self.postings.remove(token) {
-                posting.sections = posting.sections.saturating_sub(u64::from(*count));
-                posting.docs.remove(path);
-                if !posting.docs.is_empty() {
-                    self.postings.insert(token.clone(), posting);
+            let emptied = match self.postings.get_mut(token) {
+                Some(posting) => {
+                    posting.sections = posting.sections.saturating_sub(u64::from(*count));
+                    posting.docs.remove(path);
+                    posting.docs.is_empty()
                 }
+                None => false,
+            };
+            if emptied {
+                self.postings.remove(token);
             }
         }
         self.sections = self.sections.saturating_sub(doc.sections.len() as u64);
