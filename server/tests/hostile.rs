@@ -649,7 +649,7 @@ async fn values_no_reader_could_read_back_are_refused_at_write_naming_the_key() 
 }
 
 #[tokio::test]
-async fn the_token_label_that_authorised_a_write_is_its_agent() {
+async fn the_token_label_that_authorised_a_write_leads_its_agent() {
     let server = default_server().await;
     let mut watch = server
         .connection
@@ -671,14 +671,21 @@ async fn the_token_label_that_authorised_a_write_is_its_agent() {
         let answer = server.ask(transport, &spoofed).await;
         assert!(matches!(answer.status, Status::Created | Status::Ok));
         let fetched = server.ask(transport, &fetch("/docs/a.md")).await;
-        assert_eq!(fetched.meta("agent"), "other-writer", "{transport:?}");
+        assert_eq!(
+            fetched.meta("agent"),
+            "other-writer (2026-01-01T00:00:00.9999999999Z)",
+            "{transport:?}"
+        );
     }
     let event = tokio::time::timeout(GUARD, watch.next())
         .await
         .unwrap()
         .unwrap();
     match event {
-        Some(WatchBlock::Event(event)) => assert_eq!(event.agent.as_deref(), Some("other-writer")),
+        Some(WatchBlock::Event(event)) => assert_eq!(
+            event.agent.as_deref(),
+            Some("other-writer (2026-01-01T00:00:00.9999999999Z)")
+        ),
         other => panic!("expected an event, got {other:?}"),
     }
 }

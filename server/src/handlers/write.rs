@@ -18,7 +18,8 @@ use super::{
 };
 use crate::mark::{MAX_BODY, Response, Status};
 
-/// The metadata key the authorising token's label is stored under.
+/// The metadata key the authorising token's label (and what the writer says of itself) is
+/// stored under.
 pub const AGENT_KEY: &str = "agent";
 
 /// A write that passed the prelude: its canonical path and the label of its token.
@@ -96,8 +97,20 @@ fn publisher_metadata(call: &Call<'_>, label: &str) -> Result<Metadata, Response
         }
         metadata.insert(key.clone(), value.clone());
     }
+    // The token's label leads, so what a writer says of itself (an MCP client's name, say)
+    // is kept without ever standing in for who was authorised.
+    let declared = call
+        .request
+        .metadata
+        .get(AGENT_KEY)
+        .map(|name| name.trim())
+        .filter(|name| !name.is_empty() && *name != label);
+    let agent = match declared {
+        Some(name) => format!("{label} ({name})"),
+        None => label.to_owned(),
+    };
+    metadata.insert(AGENT_KEY.to_owned(), agent);
     check_new(&metadata).map_err(|why| bad_request(&why))?;
-    metadata.insert(AGENT_KEY.to_owned(), label.to_owned());
     Ok(metadata)
 }
 

@@ -15,7 +15,8 @@
 //! Every answer carries the Mark response as text (the metadata block with `status`, then
 //! the body); an answer whose status is not `ok`, `created` or `not-modified` is a tool error,
 //! so the agent sees the server's status and message. Each write carries the MCP client's
-//! name (from `initialize`) as `agent` metadata, so the change feed says who wrote.
+//! name (from `initialize`) as `agent` metadata; the server records it after the label of
+//! the token that authorised the write, so the change feed says who wrote and for whom.
 
 pub mod merge;
 pub mod walk;

@@ -118,7 +118,8 @@ async def drive(args):
             # fetch: current, pinned, a section; the agent's name recorded
             meta, body = await c.ok("fetch", path=hello)
             assert body == original and meta["version"] == "1", (meta, body)
-            assert meta.get("agent") == AGENT, meta
+            # the token's label leads; the client's own name follows in parentheses
+            assert re.fullmatch(rf"\S.* \({re.escape(AGENT)}\)", meta.get("agent", "")), meta
             assert meta.get("title") == "Hello world", meta
             meta, body = await c.ok("fetch", path=hello + "#part")
             assert body == "## Part\n\npart text\n" and meta["section"] == "part", (meta, body)
