@@ -54,6 +54,11 @@ pub struct SearchOptions {
     pub retain: Duration,
     /// Bodies read at once while building.
     pub readers: usize,
+    /// The most documents a world may hold for an index to be built. The index lives
+    /// in memory (about 20 bytes for every byte of body), so past this a body search is
+    /// answered from the catalog rather than letting one request make a replica allocate
+    /// gigabytes.
+    pub max_documents: u64,
 }
 
 impl Default for SearchOptions {
@@ -63,6 +68,7 @@ impl Default for SearchOptions {
             evict_after: Duration::from_secs(30 * 60),
             retain: Duration::from_secs(30),
             readers: 16,
+            max_documents: 50_000,
         }
     }
 }
@@ -193,6 +199,16 @@ impl BodySearch {
             return Err(unavailable(&query.scope, "body search is closed"));
         }
         let sequence = snapshot.state.sequence();
+        let documents = snapshot.state.doc_count();
+        if documents > self.inner.options.max_documents {
+            return Err(unavailable(
+                &query.scope,
+                format!(
+                    "body search indexes worlds of at most {} documents; this one holds {documents}",
+                    self.inner.options.max_documents
+                ),
+            ));
+        }
         {
             let mut run = self.lock();
             match run.as_mut() {

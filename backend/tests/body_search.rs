@@ -227,3 +227,49 @@ async fn the_file_store_answers_body_lookups_and_follows_its_writes() {
     assert_eq!(store.body_search().status().builds, 1);
     store.close().await;
 }
+
+/// The index lives in memory, so a world over the document cap is never indexed: a body
+/// search there is unavailable (answered from the catalog above the store) and starts no
+/// build, however often it is asked.
+#[tokio::test(start_paused = true)]
+async fn a_world_over_the_document_cap_is_never_indexed() {
+    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let capped = BucketOptions {
+        search: SearchOptions {
+            max_documents: 2,
+            ..search()
+        },
+        ..options()
+    };
+    let store = BucketStore::open(blobs, capped).await.unwrap();
+    publish(&store, "/a.md", "# One\n\nwords\n").await;
+    publish(&store, "/b.md", "# Two\n\nwords\n").await;
+    assert_eq!(
+        fresh_rows(&store, "words").await.map(|r| r.len()),
+        Ok(2),
+        "at the cap the index is built"
+    );
+    store.close().await;
+
+    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let capped = BucketOptions {
+        search: SearchOptions {
+            max_documents: 2,
+            ..search()
+        },
+        ..options()
+    };
+    let store = BucketStore::open(blobs, capped).await.unwrap();
+    for path in ["/a.md", "/b.md", "/c.md"] {
+        publish(&store, path, "# One\n\nwords\n").await;
+    }
+    for _ in 0..3 {
+        assert_eq!(
+            fresh_rows(&store, "words").await,
+            Err(ErrorKind::BodyMatchUnavailable)
+        );
+    }
+    let status = store.body_search().status();
+    assert!(!status.active, "{status:?}");
+    assert_eq!(status.builds, 0);
+}
