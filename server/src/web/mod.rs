@@ -79,7 +79,9 @@ pub async fn respond(
     crate::mark::wire::validate_path(&path).ok()?;
     let watching = has(query, "watch");
     if watching && accepts(headers, sse::EVENT_STREAM) && *method == Method::GET {
-        return Some(sse::stream(world.clone(), path, headers, query, draining.clone(), peer).await);
+        return Some(
+            sse::stream(world.clone(), path, headers, query, draining.clone(), peer).await,
+        );
     }
     if watching || !accepts(headers, "text/html") {
         return None;
