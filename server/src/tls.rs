@@ -26,6 +26,8 @@ pub const ALPN_MARK: &[u8] = b"mark";
 pub const DEVELOPMENT_CERT_FILE: &str = "dev-cert.pem";
 /// The development key's file name inside its directory.
 pub const DEVELOPMENT_KEY_FILE: &str = "dev-key.pem";
+/// The lock file that serialises writing the development pair.
+const DEVELOPMENT_LOCK_FILE: &str = "dev.lock";
 /// Names every development certificate covers besides the worlds' authorities.
 pub const LOOPBACK_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
@@ -132,6 +134,9 @@ impl ServerCertificates {
                 wanted.push(name);
             }
         }
+        // Replicas sharing a data directory start together: one at a time loads or writes
+        // the pair, so none loads a certificate beside another's key.
+        let _lock = lock_development_dir(dir)?;
         let reusable = load_certified_key(&cert, &key, Op::LoadCertificate)
             .ok()
             .filter(|existing| covers(existing, &wanted));
@@ -314,6 +319,33 @@ fn write_development_certificate(
     Ok(())
 }
 
+/// Takes the development directory's lock file (created beside the pair, never through a
+/// link), held until the returned file is dropped.
+fn lock_development_dir(dir: &Path) -> Result<std::fs::File, Error> {
+    use rustix::fs::{FlockOperation, OFlags, flock};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(DEVELOPMENT_LOCK_FILE);
+    let failed = |error: std::io::Error| {
+        Error::new(
+            Op::Write,
+            path.display().to_string(),
+            ErrorKind::Io,
+            error.to_string(),
+        )
+    };
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+        .open(&path)
+        .map_err(failed)?;
+    flock(&file, FlockOperation::LockExclusive).map_err(|errno| failed(errno.into()))?;
+    Ok(file)
+}
+
 /// Writes a private key readable by its owner only: created with mode 0600 under a fresh
 /// name (never through an existing file or symbolic link), then renamed over `path`, which
 /// replaces a link at `path` rather than writing where it points.
@@ -379,6 +411,28 @@ mod tests {
         let written = std::fs::symlink_metadata(&key).unwrap();
         assert!(written.file_type().is_file(), "the link was replaced");
         assert_eq!(written.permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn replicas_starting_together_all_load_one_consistent_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let starts: Vec<_> = (0..8)
+            .map(|_| {
+                let dir = dir.path().to_owned();
+                std::thread::spawn(move || {
+                    ServerCertificates::development(&dir, &names(&[]))
+                        .map(|certificates| certificates.current().cert[0].clone())
+                })
+            })
+            .collect();
+        let leaves: Vec<_> = starts
+            .into_iter()
+            .map(|start| start.join().unwrap().expect("every start loads the pair"))
+            .collect();
+        assert!(
+            leaves.iter().all(|leaf| *leaf == leaves[0]),
+            "one certificate for all"
+        );
     }
 
     #[test]
