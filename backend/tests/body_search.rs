@@ -233,15 +233,16 @@ async fn the_file_store_answers_body_lookups_and_follows_its_writes() {
 /// build, however often it is asked.
 #[tokio::test(start_paused = true)]
 async fn a_world_over_the_document_cap_is_never_indexed() {
-    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let capped = BucketOptions {
+    let capped = || BucketOptions {
         search: SearchOptions {
             max_documents: 2,
             ..search()
         },
         ..options()
     };
-    let store = BucketStore::open(blobs, capped).await.unwrap();
+    let store = BucketStore::open(Arc::new(MemoryStore::new()), capped())
+        .await
+        .unwrap();
     publish(&store, "/a.md", "# One\n\nwords\n").await;
     publish(&store, "/b.md", "# Two\n\nwords\n").await;
     assert_eq!(
@@ -251,15 +252,9 @@ async fn a_world_over_the_document_cap_is_never_indexed() {
     );
     store.close().await;
 
-    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let capped = BucketOptions {
-        search: SearchOptions {
-            max_documents: 2,
-            ..search()
-        },
-        ..options()
-    };
-    let store = BucketStore::open(blobs, capped).await.unwrap();
+    let store = BucketStore::open(Arc::new(MemoryStore::new()), capped())
+        .await
+        .unwrap();
     for path in ["/a.md", "/b.md", "/c.md"] {
         publish(&store, path, "# One\n\nwords\n").await;
     }

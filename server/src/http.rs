@@ -81,8 +81,9 @@ impl Default for HttpSettings {
 }
 
 /// Query parameters passed to the handlers of read verbs and WATCH as request metadata
-/// (never to writes: publisher metadata comes only from `Meta-*` headers).
-const QUERY_KEYS: [&str; 9] = [
+/// (never to writes: publisher metadata comes only from `Meta-*` headers). Clients that
+/// speak to the gateway (`crate::remote`) send these keys in the query string.
+pub const QUERY_KEYS: [&str; 9] = [
     "page-size",
     "cursor",
     "include-archived",

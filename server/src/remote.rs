@@ -12,22 +12,10 @@ use std::fmt;
 use futures::StreamExt;
 use tokio::sync::Mutex;
 
-use crate::http::{EXPECTED_VERSION_HEADER, MARK_HEADER_PREFIX, META_HEADER_PREFIX};
+use crate::http::{EXPECTED_VERSION_HEADER, MARK_HEADER_PREFIX, META_HEADER_PREFIX, QUERY_KEYS};
 use crate::mark::{Request, Response, Status, Verb, WatchBlock, WatchDecoder};
 use crate::mark_client::{self, MarkConnection, MarkUrl, Trust};
 
-/// The request metadata the gateway reads from the query string.
-const QUERY_KEYS: [&str; 9] = [
-    "page-size",
-    "cursor",
-    "include-archived",
-    "query",
-    "filter",
-    "limit",
-    "match",
-    "since",
-    "coalesce",
-];
 /// Request metadata that is neither publisher metadata nor a query key.
 const CONTROL_KEYS: [&str; 4] = [
     "auth",
