@@ -69,6 +69,13 @@
 //! wrote. [`Committer::shed`] hands it what a newer checkpoint holds: the documents' history
 //! blocks replace their recent versions up to the checkpoint, so what it retains is bounded
 //! by what the newest checkpoint does not cover.
+//!
+//! # Size
+//!
+//! This file is long (over 2,000 lines) because the pipeline, the race handling and the tip
+//! proofs share one state machine; its seams are the batch builder, the staging of blobs,
+//! slot creation with read-back, and rebuilding after a lost race, and it is to be split
+//! along them.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
