@@ -187,17 +187,6 @@ const PATH_KEEP: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
     .add(b'{')
     .add(b'}');
 
-const QUERY_KEYS: [&str; 8] = [
-    "page-size",
-    "cursor",
-    "include-archived",
-    "query",
-    "filter",
-    "limit",
-    "match",
-    "since",
-];
-
 impl Server {
     fn url(&self, path_and_query: &str) -> String {
         format!("http://{}{path_and_query}", self.http)
@@ -246,7 +235,7 @@ impl Server {
                         format!("\"{value}\"").parse().unwrap(),
                     );
                 }
-                key if QUERY_KEYS.contains(&key) => query.push(format!(
+                key if quire_server::http::QUERY_KEYS.contains(&key) => query.push(format!(
                     "{key}={}",
                     percent_encoding::utf8_percent_encode(
                         value,
