@@ -102,6 +102,10 @@ pub struct BucketOptions {
     pub on_committed: Option<CommittedHook>,
     /// Seeds the committer's jitter and the compactor's delays.
     pub seed: u64,
+    /// The store's id in the slots it writes; `None` draws a random one. Every store of a
+    /// world needs its own: a simulation pins them (with [`BucketOptions::seed`]) so a seed
+    /// replays a run.
+    pub store: Option<StoreId>,
     /// Events the change hub keeps (0, or a read-only store: no hub, WATCH unsupported).
     pub change_ring: usize,
     /// Measures the catalog freshness window ([`SEARCH_FRESHNESS`]).
@@ -126,6 +130,7 @@ impl Default for BucketOptions {
             compact_every: Duration::from_secs(10),
             on_committed: None,
             seed: rand::random(),
+            store: None,
             change_ring: 0,
             elapsed: Arc::new(TokioElapsed::default()),
             policy_path: None,
@@ -464,7 +469,9 @@ impl BucketStore {
         let committer = (!options.read_only).then(|| {
             let config = CommitterConfig {
                 prefix: prefix.clone(),
-                store: StoreId::random(&mut rand::rng()),
+                store: options
+                    .store
+                    .unwrap_or_else(|| StoreId::random(&mut rand::rng())),
                 max_documents: options.max_documents,
                 seed: options.seed,
                 on_committed: options.on_committed.clone(),
@@ -687,6 +694,7 @@ fn start_feed(
                 }
             }
             tokio::select! {
+                biased;
                 () = stop.cancelled() => return,
                 changed = states.changed() => if changed.is_err() { return },
                 _ = poll.tick() => {
@@ -739,6 +747,7 @@ async fn compact(
     loop {
         let pause = every + compactor.delay();
         tokio::select! {
+            biased;
             () = stop.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
         }
@@ -749,6 +758,7 @@ async fn compact(
             compactor.step(&mut replica).await
         };
         tokio::select! {
+            biased;
             () = stop.cancelled() => return,
             result = step => match result {
                 Ok(step) => {

@@ -1,10 +1,12 @@
 //! The in-memory driver: for tests, simulation and benchmarks. Generations come from one
 //! process-wide counter, so they never repeat, not even across stores or re-created keys.
+//! Objects' `modified` times come from the system clock, or from the clock a simulation
+//! gives [`MemoryStore::with_clock`], so stored ages follow simulated time.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -35,11 +37,25 @@ impl Stored {
     }
 }
 
+/// Where a memory store's `modified` times come from.
+pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
 /// A [`BlobStore`] held in memory.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct MemoryStore {
     objects: Mutex<BTreeMap<String, Stored>>,
     max_object_size: Option<u64>,
+    /// `None`: the system clock.
+    clock: Option<WallClock>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("max_object_size", &self.max_object_size)
+            .field("clock", &self.clock.as_ref().map(|_| "injected"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl MemoryStore {
@@ -50,8 +66,24 @@ impl MemoryStore {
     /// A store refusing objects larger than `limit` bytes (as a precondition error).
     pub fn with_max_object_size(limit: u64) -> Self {
         MemoryStore {
-            objects: Mutex::default(),
             max_object_size: Some(limit),
+            ..MemoryStore::default()
+        }
+    }
+
+    /// A store stamping objects' `modified` times from `clock` rather than the system
+    /// clock (a simulation's wall time).
+    pub fn with_clock(clock: WallClock) -> Self {
+        MemoryStore {
+            clock: Some(clock),
+            ..MemoryStore::default()
+        }
+    }
+
+    fn now(&self) -> SystemTime {
+        match &self.clock {
+            Some(clock) => clock(),
+            None => SystemTime::now(),
         }
     }
 
@@ -73,7 +105,7 @@ impl MemoryStore {
         Ok(Stored {
             data,
             generation: Generation::new(generation.to_string()),
-            modified: SystemTime::now(),
+            modified: self.now(),
         })
     }
 
@@ -201,5 +233,31 @@ impl BlobStore for MemoryStore {
         }
         drop(objects);
         request.page(found, more)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_injected_clock_stamps_modified_times() {
+        let secs = Arc::new(AtomicU64::new(1_000));
+        let clock = secs.clone();
+        let store = MemoryStore::with_clock(Arc::new(move || {
+            UNIX_EPOCH + Duration::from_secs(clock.load(Ordering::SeqCst))
+        }));
+        let first = store.create("a", Bytes::from_static(b"1")).await.unwrap();
+        assert_eq!(first.modified, UNIX_EPOCH + Duration::from_secs(1_000));
+        secs.store(2_000, Ordering::SeqCst);
+        let replaced = store
+            .replace("a", &first.generation, Bytes::from_static(b"2"))
+            .await
+            .unwrap();
+        assert_eq!(replaced.modified, UNIX_EPOCH + Duration::from_secs(2_000));
+        assert_eq!(store.head("a").await.unwrap().modified, replaced.modified);
     }
 }

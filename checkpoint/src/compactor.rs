@@ -5,14 +5,17 @@
 //! rarely race; when they do, they write identical bytes). Each step first lists the
 //! checkpoints: a newer one written by a peer is adopted (reading only the shards whose
 //! references changed) and nothing is written; a newest checkpoint written by a peer less
-//! than [`Policy::defer`] ago means that peer is compacting, so this store defers. After a
-//! checkpoint is written, old ones are dropped.
+//! than [`Policy::defer`] ago means that peer is compacting, so this store defers. Its age is
+//! the longer of what the bucket's `modified` time says and how long ago this compactor
+//! first listed it, so a bucket clock ahead of the local one (a checkpoint stamped in the
+//! future) defers a store for at most [`Policy::defer`] after it sees that checkpoint. After
+//! a checkpoint is written, old ones are dropped.
 //!
 //! A checkpoint that fails verification or is incomplete costs only replay: the compactor
 //! remembers it as unadoptable, adopts the next older one if that is newer than its base,
 //! neither defers to it nor names its sequence again, and writes a checkpoint past it.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -83,6 +86,8 @@ pub struct Compactor {
     clock: Arc<dyn Clock>,
     own: HashSet<u64>,
     unadoptable: BTreeSet<u64>,
+    /// When (on the local clock) the newest checkpoint was first listed, by sequence.
+    first_seen: BTreeMap<u64, SystemTime>,
     rng: rand::rngs::StdRng,
 }
 
@@ -93,6 +98,7 @@ impl Compactor {
             clock,
             own: HashSet::new(),
             unadoptable: BTreeSet::new(),
+            first_seen: BTreeMap::new(),
             rng: rand::rngs::StdRng::seed_from_u64(seed),
         }
     }
@@ -123,6 +129,22 @@ impl Compactor {
         })
     }
 
+    /// How old the newest checkpoint `sequence` (stored at `modified` by the bucket's clock)
+    /// is: the longer of its stored age and the time since this compactor first listed it.
+    fn age(&self, sequence: u64, modified: SystemTime) -> Duration {
+        let now = self.now();
+        let seen = self.first_seen.get(&sequence).copied().unwrap_or(now);
+        let stored = now.duration_since(modified).unwrap_or_default();
+        stored.max(now.duration_since(seen).unwrap_or_default())
+    }
+
+    /// Notes when the newest checkpoint was first listed; older sightings are dropped.
+    fn sighted(&mut self, sequence: u64) {
+        let now = self.now();
+        self.first_seen.entry(sequence).or_insert(now);
+        self.first_seen.retain(|s, _| *s >= sequence);
+    }
+
     /// Checkpoints this compactor found it cannot adopt (they failed verification or were
     /// incomplete); it writes past them.
     pub fn unadoptable(&self) -> &BTreeSet<u64> {
@@ -142,11 +164,15 @@ impl Compactor {
                 continue;
             }
             if sequence <= replica.base().sequence() {
+                self.sighted(sequence);
                 newest = Some((sequence, attrs));
                 break;
             }
             match replica.adopt(sequence).await {
-                Ok(_) => return Ok(Step::Adopted(sequence)),
+                Ok(_) => {
+                    self.sighted(sequence);
+                    return Ok(Step::Adopted(sequence));
+                }
                 Err(e) if e.is_integrity() => {
                     tracing::warn!(sequence, error = %e, "checkpoint cannot be adopted; passing over it");
                     self.unadoptable.insert(sequence);
@@ -168,11 +194,7 @@ impl Compactor {
         if let Some((sequence, attrs)) = &newest
             && !self.own.contains(sequence)
             && *sequence > quire_log::marker::GENESIS_SEQUENCE
-            && self
-                .now()
-                .duration_since(attrs.modified)
-                .unwrap_or_default()
-                < self.policy.defer
+            && self.age(*sequence, attrs.modified) < self.policy.defer
         {
             return Ok(Step::Deferred(*sequence));
         }

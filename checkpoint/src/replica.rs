@@ -316,17 +316,23 @@ impl Replica {
         let op = Op::Load;
         let base = read_checkpoint(&*store, prefix, sequence, world, op).await?;
         let (docs, marks) = load_groups(&store, prefix, &base, options.workers).await?;
-        // The tracker's map builds beside the world state.
-        let marks = tokio::task::spawn_blocking(move || {
-            let mut marks = marks;
-            marks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            quire_log::state::ordmap_from_sorted(marks)
+        // The tracker's map builds beside the world state, on a scoped thread rather than
+        // the blocking pool: the open takes as long either way, and no other task runs
+        // while it does, so a simulation's schedule does not depend on which finishes first.
+        let tip = base.checkpoint.tip;
+        let (state, marks) = std::thread::scope(|scope| {
+            let marks = scope.spawn(move || {
+                let mut marks = marks;
+                marks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                quire_log::state::ordmap_from_sorted(marks)
+            });
+            let state = WorldState::restore_shared(world, sequence, tip, docs);
+            (state, marks.join())
         });
-        let state = WorldState::restore_shared(world, sequence, base.checkpoint.tip, docs)
-            .map_err(|e| Error::from_log(op, e))?;
+        let state = state.map_err(|e| Error::from_log(op, e))?;
         let tracker = Tracker {
-            changes: marks.await.map_err(|e| {
-                Error::new(op, "", ErrorKind::Storage, format!("loader failed: {e}"))
+            changes: marks.map_err(|_| {
+                Error::new(op, "", ErrorKind::Storage, "the tracker's loader panicked")
             })?,
             ..Tracker::default()
         };

@@ -458,3 +458,63 @@ async fn the_compactor_writes_adopts_and_defers() {
     assert_eq!(cold.base().sequence(), third);
     assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
 }
+
+/// A bucket whose clock is a day ahead of the stores' stamps a peer's checkpoint in the
+/// future: a store defers to it for the policy's `defer` after first seeing it, not until
+/// the local clock catches up with the bucket's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_checkpoint_stamped_ahead_defers_only_for_the_policy() {
+    let start = 1_767_225_600;
+    let bucket_time = UNIX_EPOCH + Duration::from_secs(start + 86_400);
+    let store: Arc<dyn BlobStore> = Arc::new(quire_blob::memory::MemoryStore::with_clock(
+        Arc::new(move || bucket_time),
+    ));
+    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let clock = Arc::new(ManualClock::new(Timestamp(start)));
+    let options = OpenOptions {
+        clock: clock.clone(),
+        ..OpenOptions::default()
+    };
+    let mut peer = Replica::open(store.clone(), PREFIX, &options)
+        .await
+        .unwrap();
+    let mut ours = Replica::open(store.clone(), PREFIX, &options)
+        .await
+        .unwrap();
+    let policy = Policy {
+        slots: 2,
+        max_delay: Duration::ZERO,
+        ..Policy::default()
+    };
+    let defer = policy.defer.as_secs();
+    let mut compactor = Compactor::new(policy, clock.clone(), 1);
+    for i in 0..2 {
+        writer
+            .commit(&[publish(&format!("/p/{i}.md"), "peer\n")])
+            .await;
+    }
+    peer.catch_up().await.unwrap();
+    peer.checkpoint(FRESHEN).await.unwrap().expect("written");
+    let peers = peer.base().sequence();
+    for i in 0..2 {
+        writer
+            .commit(&[publish(&format!("/o/{i}.md"), "ours\n")])
+            .await;
+    }
+    ours.catch_up().await.unwrap();
+    assert_eq!(
+        compactor.step(&mut ours).await.unwrap(),
+        Step::Adopted(peers)
+    );
+    ours.catch_up().await.unwrap();
+    assert_eq!(
+        compactor.step(&mut ours).await.unwrap(),
+        Step::Deferred(peers),
+        "the peer checkpointed a moment ago"
+    );
+    clock.advance(defer + 1);
+    let Step::Written { sequence, .. } = compactor.step(&mut ours).await.unwrap() else {
+        panic!("deferred past the policy: the bucket's clock is ahead, not the peer busy");
+    };
+    assert_eq!(sequence, writer.state.sequence());
+}

@@ -12,11 +12,15 @@
 //! The auditor then checks, on the bare bucket: every acknowledged write at its version
 //! with its bytes (an acknowledged write that is not is **lost**), every touched document's
 //! versions contiguous and its hash chain whole, every store at one digest of the touched
-//! documents, and the newest checkpoint's state equal to a replay of the whole log.
+//! documents, that the compactors wrote checkpoints during the run, and the newest
+//! checkpoint's state equal to a replay of the whole log.
 //!
 //! [`run_gate`] must run on a current-thread tokio runtime whose clock starts paused
 //! (`#[tokio::test(start_paused = true)]`): simulated minutes then take seconds, and a seed
-//! replays a run.
+//! replays a run exactly. Everything a run depends on comes from the seed or from tokio's
+//! clock: the bucket's `modified` times and the stores' wall clock are simulated time, and
+//! the stores' ids are drawn from the seed. [`GateReport::outcome`] digests every
+//! acknowledged write and every figure, so two runs of one seed can be compared whole.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,14 +30,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::{Ctx, ErrorKind, Store, WriteRequest};
-use quire_blob::memory::MemoryStore;
+use quire_blob::memory::{MemoryStore, WallClock};
 use quire_blob::{
     BlobStore, Cancelable, Fault, FaultCounts, FaultRule, LatencyProfile, Op as BlobOp, Simulated,
     real_gcs_latency,
 };
-use quire_checkpoint::{OpenOptions, Policy, Replica, state_digest};
+use quire_checkpoint::replica::list_checkpoints;
+use quire_checkpoint::{Op as CheckpointOp, OpenOptions, Policy, Replica, state_digest};
 use quire_log::marker::GENESIS_SEQUENCE;
-use quire_log::{Clock, Hash, Timestamp, WorldId};
+use quire_log::{Clock, Hash, StoreId, Timestamp, WorldId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -68,6 +73,10 @@ pub struct GateConfig {
     pub restart_every: Duration,
     /// How long a writer waits for its answer.
     pub write_timeout: Duration,
+    /// When the writing stores' compactors write checkpoints.
+    pub compaction: Policy,
+    /// How often each compactor looks (plus the policy's random delay).
+    pub compact_every: Duration,
 }
 
 impl GateConfig {
@@ -81,15 +90,28 @@ impl GateConfig {
             fault_rate: 0.01,
             restart_every: Duration::from_secs(150),
             write_timeout: Duration::from_secs(30),
+            compaction: Policy::default(),
+            compact_every: Duration::from_secs(10),
         }
     }
 
-    /// The short form CI runs: one simulated minute on 10,000 documents.
+    /// The short form CI runs: one simulated minute on 10,000 documents. Its compactors
+    /// run on a scaled-down policy (due after 256 slots or 10 s, deferring to a peer for
+    /// 15 s), so checkpoints are written, adopted and deferred to within the minute
+    /// despite a restart every 20 s.
     pub fn short(seed: u64) -> GateConfig {
         GateConfig {
             documents: 10_000,
             duration: Duration::from_secs(60),
             restart_every: Duration::from_secs(20),
+            compaction: Policy {
+                slots: 256,
+                age: Duration::from_secs(10),
+                max_delay: Duration::from_secs(5),
+                defer: Duration::from_secs(15),
+                ..Policy::default()
+            },
+            compact_every: Duration::from_secs(5),
             ..GateConfig::full(seed)
         }
     }
@@ -126,10 +148,16 @@ pub struct GateReport {
     /// load.
     pub checkpoint: u64,
     pub initial_checkpoint: u64,
+    /// Checkpoints the compactors wrote during the run (listed at the end).
+    pub checkpoints_written: u64,
     /// The log's sequence at the end.
     pub sequence: u64,
     /// Everything the audit found wrong (empty when the run passed).
     pub violations: Vec<String>,
+    /// A digest of the whole outcome: every acknowledged write (path, version, bytes, when
+    /// it was offered and answered, in the order answered), every refusal, the faults and
+    /// the figures above. Two runs of one seed give the same digest.
+    pub outcome: String,
 }
 
 impl GateReport {
@@ -172,9 +200,14 @@ impl fmt::Display for GateReport {
         )?;
         writeln!(
             f,
-            "  exact reads checked {}; log at {}; checkpoints {} -> {}",
-            self.exact_reads, self.sequence, self.initial_checkpoint, self.checkpoint
+            "  exact reads checked {}; log at {}; checkpoints {} -> {} ({} written during the run)",
+            self.exact_reads,
+            self.sequence,
+            self.initial_checkpoint,
+            self.checkpoint,
+            self.checkpoints_written
         )?;
+        writeln!(f, "  outcome digest {}", self.outcome)?;
         if self.violations.is_empty() {
             write!(f, "  audit: clean")
         } else {
@@ -205,6 +238,7 @@ struct Acked {
     path: String,
     version: u64,
     body: Bytes,
+    offered: Instant,
     at: Instant,
 }
 
@@ -227,10 +261,13 @@ struct Writer {
     access: CancellationToken,
 }
 
+#[derive(Clone)]
 struct World {
     bucket: Arc<dyn BlobStore>,
     clock: Arc<dyn Clock>,
     seed: u64,
+    compaction: Policy,
+    compact_every: Duration,
 }
 
 impl World {
@@ -240,8 +277,12 @@ impl World {
             world: Some(WORLD),
             clock: self.clock.clone(),
             read_only,
-            compaction: (!read_only).then(Policy::default),
+            compaction: (!read_only).then(|| self.compaction.clone()),
+            compact_every: self.compact_every,
             seed: self.seed ^ seed,
+            store: Some(StoreId::random(&mut StdRng::seed_from_u64(
+                self.seed ^ seed ^ 0x5702e,
+            ))),
             ..BucketOptions::default()
         }
     }
@@ -288,14 +329,21 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 /// Runs the gate (see the module docs); on a paused current-thread runtime.
 pub async fn run_gate(config: &GateConfig) -> GateReport {
-    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let start = Instant::now();
+    // The bucket stamps objects with the simulated wall time the stores read: the
+    // compactors judge checkpoints' ages by both.
+    let wall: WallClock = Arc::new(move || {
+        std::time::UNIX_EPOCH + Duration::from_secs(EPOCH + start.elapsed().as_secs())
+    });
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::with_clock(wall));
     let faulty = Arc::new(Simulated::new(memory.clone(), config.seed));
     let lossy = Arc::new(Simulated::new(faulty.clone(), config.seed ^ 0x5eed));
-    let start = Instant::now();
     let world = World {
         bucket: lossy.clone(),
         clock: Arc::new(SimClock { start }),
         seed: config.seed,
+        compaction: config.compaction.clone(),
+        compact_every: config.compact_every,
     };
     let mut report = GateReport {
         seed: config.seed,
@@ -344,11 +392,7 @@ pub async fn run_gate(config: &GateConfig) -> GateReport {
     let restarts = {
         let writers = writers.clone();
         let every = config.restart_every;
-        let world = World {
-            bucket: world.bucket.clone(),
-            clock: world.clock.clone(),
-            seed: world.seed,
-        };
+        let world = world.clone();
         tokio::spawn(async move {
             let mut n = 0u64;
             let mut next = load_start + every;
@@ -397,11 +441,7 @@ pub async fn run_gate(config: &GateConfig) -> GateReport {
     // The replica cold-starting half-way.
     let cold = {
         let tally = tally.clone();
-        let world = World {
-            bucket: world.bucket.clone(),
-            clock: world.clock.clone(),
-            seed: world.seed,
-        };
+        let world = world.clone();
         let at = load_start + config.duration / 2;
         tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
@@ -450,6 +490,7 @@ pub async fn run_gate(config: &GateConfig) -> GateReport {
                         path,
                         version: doc.version,
                         body,
+                        offered,
                         at: Instant::now(),
                     });
                 }
@@ -524,10 +565,31 @@ pub async fn run_gate(config: &GateConfig) -> GateReport {
     audit_histories(&auditor, &touched, &mut report.violations).await;
     drop(auditor);
 
+    let listed: Vec<u64> = list_checkpoints(&*memory, PREFIX, CheckpointOp::Load)
+        .await
+        .expect("the checkpoints list")
+        .into_iter()
+        .map(|(sequence, _)| sequence)
+        .collect();
+    report.checkpoints_written = listed
+        .iter()
+        .filter(|s| **s > report.initial_checkpoint)
+        .count() as u64;
+    if report.checkpoints_written == 0 {
+        report
+            .violations
+            .push("the compactors wrote no checkpoint during the run".into());
+    }
     let newest = Replica::open(memory.clone(), PREFIX, &OpenOptions::default())
         .await
         .expect("the world opens from its newest checkpoint");
     report.checkpoint = newest.base().sequence();
+    if listed.last() != Some(&report.checkpoint) {
+        report.violations.push(format!(
+            "cold start rests on checkpoint {}, not the newest of {listed:?}",
+            report.checkpoint
+        ));
+    }
     report.sequence = newest.state().sequence();
     if !newest.skipped().is_empty() {
         report.violations.push(format!(
@@ -552,7 +614,27 @@ pub async fn run_gate(config: &GateConfig) -> GateReport {
             .violations
             .push("the newest checkpoint's state differs from a replay of the log".into());
     }
+    report.outcome = outcome(&report, &tally.acked, start, &listed);
     report
+}
+
+/// The digest of a run's whole outcome (see [`GateReport::outcome`]).
+fn outcome(report: &GateReport, acked: &[Acked], start: Instant, checkpoints: &[u64]) -> String {
+    let mut seen = Vec::new();
+    for write in acked {
+        seen.extend_from_slice(write.path.as_bytes());
+        seen.extend_from_slice(&write.version.to_be_bytes());
+        seen.extend_from_slice(&Hash::of(&write.body).0);
+        for at in [write.offered, write.at] {
+            seen.extend_from_slice(&(at.duration_since(start).as_nanos() as u64).to_be_bytes());
+        }
+    }
+    for sequence in checkpoints {
+        seen.extend_from_slice(&sequence.to_be_bytes());
+    }
+    // Every figure the report prints, the digest itself aside.
+    seen.extend_from_slice(format!("{report}").as_bytes());
+    Hash::of(&seen).to_string()
 }
 
 /// Publishes `documents` documents, many in flight at once.

@@ -1,11 +1,12 @@
 //! The reliability gate (see `quire_conformance::gate`). The short form runs with the tests
-//! (three seeds, one simulated minute on 10,000 documents); `cargo xtask gate` runs the full
-//! one (ten simulated minutes on a million documents). `QUIRE_SIM_SEED=N` replays one seed;
-//! `QUIRE_GATE_DOCS` and `QUIRE_GATE_MINUTES` resize the full run.
+//! (three seeds, one simulated minute on 10,000 documents, and one seed twice to show it
+//! replays exactly); `cargo xtask gate` runs the full one (ten simulated minutes on a
+//! million documents). `QUIRE_SIM_SEED=N` replays one seed; `QUIRE_GATE_DOCS` and
+//! `QUIRE_GATE_MINUTES` resize the full run.
 
 use std::time::Duration;
 
-use quire_conformance::gate::{GateConfig, run_gate};
+use quire_conformance::gate::{GateConfig, GateReport, run_gate};
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -16,14 +17,10 @@ fn env_u64(name: &str) -> Option<u64> {
     )
 }
 
-/// Each seed on its own thread, on its own paused current-thread runtime (what makes a run
-/// reproducible), so the three seeds share the machine's cores.
-#[test]
-fn the_short_gate_loses_no_acknowledged_write() {
-    let seeds = match env_u64("QUIRE_SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => vec![1, 2, 3],
-    };
+/// Runs the short gate of each seed, each on its own thread and its own paused
+/// current-thread runtime (what makes a run reproducible), so the runs share the machine's
+/// cores.
+fn short_gates(seeds: Vec<u64>) -> Vec<GateReport> {
     let runs: Vec<_> = seeds
         .into_iter()
         .map(|seed| {
@@ -37,12 +34,37 @@ fn the_short_gate_loses_no_acknowledged_write() {
             })
         })
         .collect();
-    for run in runs {
-        let report = run.join().expect("a gate run panicked");
+    runs.into_iter()
+        .map(|run| run.join().expect("a gate run panicked"))
+        .collect()
+}
+
+#[test]
+fn the_short_gate_loses_no_acknowledged_write() {
+    let seeds = match env_u64("QUIRE_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => vec![1, 2, 3],
+    };
+    for report in short_gates(seeds) {
         println!("{report}");
         assert!(report.passed(), "{report}");
         assert!(report.acknowledged > report.offered / 2, "{report}");
+        assert!(report.checkpoints_written > 0, "{report}");
+        assert!(report.checkpoint > report.initial_checkpoint, "{report}");
     }
+}
+
+/// One seed run twice at once (sharing the process, as parallel tests do) gives one
+/// outcome: the same acknowledged writes at the same versions and simulated times, the same
+/// refusals, faults and figures.
+#[test]
+fn a_seed_replays_the_short_gate_exactly() {
+    let seed = env_u64("QUIRE_SIM_SEED").unwrap_or(4);
+    let reports = short_gates(vec![seed, seed]);
+    let (first, second) = (&reports[0], &reports[1]);
+    assert!(first.passed(), "{first}");
+    assert_eq!(first.to_string(), second.to_string());
+    assert_eq!(first.outcome, second.outcome);
 }
 
 #[tokio::test(start_paused = true)]

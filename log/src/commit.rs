@@ -1042,14 +1042,17 @@ impl Actor {
             .max()
             .filter(|_| self.creating.is_none() && !self.batches.is_empty());
         let mut creating = self.creating.take();
+        // Biased, so a run replays from its seed (tokio's random branch order is not
+        // seeded); completions come first, as they are finite, then requests, then timers.
         let event = tokio::select! {
-            msg = self.rx.recv(), if self.rx_open => Event::Message(msg),
+            biased;
             outcome = async { creating.as_mut().expect("guarded").await }, if creating.is_some() => {
                 Event::Created(outcome.unwrap_or_else(|e| CreateOutcome::Failed(Error::new(
                     Op::Commit, "", ErrorKind::Storage, format!("slot create task failed: {e}"),
                 ))))
             }
             Some(done) = self.staging.join_next_with_id(), if !self.staging.is_empty() => Event::Staged(done),
+            msg = self.rx.recv(), if self.rx_open => Event::Message(msg),
             () = sleep_until_opt(hold_until), if hold_until.is_some() => Event::Timer,
             () = sleep_until_opt(next_deadline), if next_deadline.is_some() => Event::Timer,
             // More to shed: take another turn once nothing else is ready.
@@ -2006,6 +2009,7 @@ async fn create_slot(store: Arc<dyn BlobStore>, create: SlotCreate) -> CreateOut
     let decide = decide_create(store.clone(), &create);
     tokio::pin!(read, decide);
     tokio::select! {
+        biased;
         outcome = &mut decide => outcome,
         Some(outcome) = &mut read => outcome,
     }
