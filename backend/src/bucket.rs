@@ -345,9 +345,14 @@ struct Capture {
 
 #[async_trait]
 impl commit::Precondition for Capture {
-    async fn check(&self, state: &WorldState, write: &PreparedWrite) -> quire_log::Result<()> {
+    async fn check(
+        &self,
+        state: &WorldState,
+        write: &PreparedWrite,
+        pending: &commit::PendingVersions,
+    ) -> quire_log::Result<()> {
         if let Some(inner) = &self.inner {
-            inner.check(state, write).await?;
+            inner.check(state, write, pending).await?;
         }
         *self.passed.lock().expect("capture lock poisoned") = Some(write.clone());
         Ok(())

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 use bytes::Bytes;
 use quire_index::{CatalogIndex, CatalogMatch, CatalogQuery, MatchMode};
+use quire_log::commit::PendingVersions;
 use quire_log::path::clean;
 use quire_log::version::StoredVersion;
 use quire_log::{DocPath, DocState, DocSummary, Hash, VersionRecord, WorldState};
@@ -458,9 +459,13 @@ impl quire_log::commit::Precondition for LogPrecondition {
         &self,
         state: &WorldState,
         write: &quire_log::build::PreparedWrite,
+        pending: &PendingVersions,
     ) -> quire_log::Result<()> {
-        let view =
-            SnapshotView::pinned(self.source.clone(), Arc::new(Snapshot::new(state.clone())));
+        let source = Arc::new(WithPending {
+            inner: self.source.clone(),
+            pending: pending.clone(),
+        });
+        let view = SnapshotView::pinned(source, Arc::new(Snapshot::new(state.clone())));
         self.inner
             .check(&self.ctx, &view, write)
             .await
@@ -478,6 +483,46 @@ impl quire_log::commit::Precondition for LogPrecondition {
                 )
                 .with_source(e)
             })
+    }
+}
+
+/// A source that reads versions still in the committer's pipeline from its memory: their
+/// records in the state a precondition judges say "blob" whatever their slot will say, and
+/// the bucket may hold neither yet.
+#[derive(Debug)]
+struct WithPending {
+    inner: Arc<dyn SnapshotSource>,
+    pending: PendingVersions,
+}
+
+#[async_trait]
+impl SnapshotSource for WithPending {
+    async fn snapshot(&self, ctx: &Ctx, freshness: Freshness) -> Result<Arc<Snapshot>> {
+        self.inner.snapshot(ctx, freshness).await
+    }
+
+    async fn read_version(
+        &self,
+        ctx: &Ctx,
+        path: &DocPath,
+        record: &VersionRecord,
+    ) -> Result<Bytes> {
+        match self.pending.get(&record.hash) {
+            Some(bytes) => Ok(bytes),
+            None => self.inner.read_version(ctx, path, record).await,
+        }
+    }
+
+    async fn records(&self, ctx: &Ctx, doc: &DocState) -> Result<Vec<VersionRecord>> {
+        self.inner.records(ctx, doc).await
+    }
+
+    fn body_search(&self) -> Option<&BodySearch> {
+        self.inner.body_search()
+    }
+
+    async fn record(&self, ctx: &Ctx, doc: &DocState, version: u64) -> Result<VersionRecord> {
+        self.inner.record(ctx, doc, version).await
     }
 }
 
@@ -537,7 +582,12 @@ mod tests {
             archived: None,
         };
         let state = WorldState::genesis(WorldId([7; 16]));
-        let err = Error::from(bridge.check(&state, &write).await.unwrap_err());
+        let err = Error::from(
+            bridge
+                .check(&state, &write, &PendingVersions::default())
+                .await
+                .unwrap_err(),
+        );
         assert_eq!(err.rejection_message(), Some("seen, refused"));
         assert_eq!(err.key(), "/a.md");
     }

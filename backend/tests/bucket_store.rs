@@ -1,8 +1,9 @@
 //! The bucket store's own promises beyond the contract: the compactor runs in the background
 //! and stops at close, a store cold-started from a checkpoint reads history from its blocks,
 //! catalog reads reuse a recently confirmed snapshot without touching the bucket, peer hints
-//! end that reuse, the committed hook reports this store's commits, and the store reports
-//! its slots and blob traffic as stats.
+//! end that reuse, the committed hook reports this store's commits, the store reports its
+//! slots and blob traffic as stats, and a write's precondition reads versions still being
+//! committed.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -370,4 +371,63 @@ async fn stats_count_slots_and_blob_traffic_and_current_reads_no_bytes() {
     );
     assert!(store.stats().blobs.unwrap().since(&before).bytes_down > 0);
     view.close();
+}
+
+/// Requires `/policy.md` to read as "strict", as a policy check reads the policy's body.
+#[derive(Debug)]
+struct ReadsPolicy;
+
+#[async_trait::async_trait]
+impl quire_backend::Precondition for ReadsPolicy {
+    async fn check(
+        &self,
+        ctx: &Ctx,
+        state: &dyn quire_backend::Reader,
+        write: &quire_log::build::PreparedWrite,
+    ) -> quire_backend::Result<()> {
+        let policy = state.get(ctx, "/policy.md", 0).await?;
+        if policy.content != "strict" {
+            return Err(quire_backend::Error::new(
+                quire_backend::Op::Publish,
+                write.path.as_str(),
+                quire_backend::ErrorKind::Conflict,
+                format!("the policy reads {:?}", policy.content),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A policy published a moment earlier, whose slot is still being created (its body inline
+/// in that slot, no blob of it anywhere), reads as published in the next write's
+/// precondition, not as a missing blob.
+#[tokio::test(start_paused = true)]
+async fn a_precondition_reads_a_version_still_being_committed() {
+    use quire_blob::{LatencyProfile, Op as BlobOp, Simulated};
+
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let slow = Arc::new(Simulated::new(memory, 1));
+    let store = BucketStore::open(slow.clone(), options("w/"))
+        .await
+        .unwrap();
+    slow.set_latency(
+        BlobOp::Create,
+        LatencyProfile::Fixed(Duration::from_millis(50)),
+    );
+    let policy = tokio::spawn({
+        let store = store.clone();
+        async move { publish(&store, "/policy.md", "strict").await }
+    });
+    // The policy's slot create is in flight when the guarded write is built.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let guarded = WriteRequest {
+        precondition: Some(Arc::new(ReadsPolicy)),
+        ..WriteRequest::new("/a.md", "guarded")
+    };
+    let written = store.publish(&Ctx::new(), guarded).await;
+    let policy = policy.await.unwrap();
+    let written = written.expect("the precondition reads the policy being committed");
+    assert_eq!(written.version, 1);
+    assert_eq!(policy.content, "strict");
+    store.close().await;
 }

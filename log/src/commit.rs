@@ -108,9 +108,50 @@ use crate::version::StoredVersion;
 /// A check a write must pass, run after the store's own checks (conflict, archive, no-op) on
 /// the state the write builds on, and again whenever the write is rebuilt. Its error is the
 /// write's answer, unchanged.
+///
+/// `pending` holds the bytes of the versions in `state` that are still in the committer's
+/// pipeline: `state` records them as blobs whatever their slot will say, and the bucket may
+/// not hold them yet, so a check that reads a version looks there first.
 #[async_trait]
 pub trait Precondition: Send + Sync + fmt::Debug {
-    async fn check(&self, state: &WorldState, write: &PreparedWrite) -> Result<()>;
+    async fn check(
+        &self,
+        state: &WorldState,
+        write: &PreparedWrite,
+        pending: &PendingVersions,
+    ) -> Result<()>;
+}
+
+/// The bytes of versions built in the committer's pipeline, by version hash (see
+/// [`Precondition`]): those of batches not yet confirmed, then those of confirmed ones
+/// still in the committer's version cache.
+#[derive(Clone, Default)]
+pub struct PendingVersions {
+    pipeline: Arc<[(Hash, Bytes)]>,
+    cache: Option<Arc<Mutex<VersionCache>>>,
+}
+
+impl fmt::Debug for PendingVersions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingVersions")
+            .field("pipeline", &self.pipeline.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingVersions {
+    /// The bytes of the version whose stored bytes hash to `hash`, when it was built here.
+    pub fn get(&self, hash: &Hash) -> Option<Bytes> {
+        self.pipeline
+            .iter()
+            .find(|(h, _)| h == hash)
+            .map(|(_, bytes)| bytes.clone())
+            .or_else(|| {
+                self.cache
+                    .as_ref()
+                    .and_then(|cache| cache.lock().expect("cache lock poisoned").get(hash))
+            })
+    }
 }
 
 /// Called with every sequence this store's committer learned the log reached: the last
@@ -1352,6 +1393,11 @@ impl Actor {
         let limits = BuildLimits {
             max_documents: config.max_documents,
         };
+        let versions = pending
+            .request
+            .precondition
+            .as_ref()
+            .map(|_| self.pending_versions(batch));
         let working = &mut batch.working;
         let built = build::build(
             working,
@@ -1374,8 +1420,10 @@ impl Actor {
             }
             Ok(Built::Change(change)) => change,
         };
-        if let Some(precondition) = &pending.request.precondition
-            && let Err(e) = precondition.check(working, &change.prepared).await
+        if let (Some(precondition), Some(versions)) = (&pending.request.precondition, &versions)
+            && let Err(e) = precondition
+                .check(working, &change.prepared, versions)
+                .await
         {
             return Result1::Answer(Err(e));
         }
@@ -1402,6 +1450,28 @@ impl Actor {
 
     /// The current version of an append's document: built in the pipeline, cached, being
     /// read ahead, or read now.
+    /// What a precondition judged on `batch`'s working state may read before the bucket
+    /// holds it: the versions built in `batch` and every batch in the pipeline.
+    fn pending_versions(&self, batch: &Batch) -> PendingVersions {
+        let pipeline: Vec<(Hash, Bytes)> = std::iter::once(batch)
+            .chain(self.batches.iter())
+            .flat_map(|b| &b.members)
+            .filter_map(|m| match &m.result {
+                Result1::Write { change, .. } => change
+                    .entry
+                    .write
+                    .as_ref()
+                    .map(|w| w.hash)
+                    .zip(change.version_bytes.clone()),
+                Result1::Answer(_) => None,
+            })
+            .collect();
+        PendingVersions {
+            pipeline: pipeline.into(),
+            cache: Some(self.cache.clone()),
+        }
+    }
+
     async fn append_base(
         &mut self,
         batch: &Batch,

@@ -586,6 +586,7 @@ impl quire_log::commit::Precondition for NeedsTag {
         &self,
         state: &WorldState,
         write: &quire_log::build::PreparedWrite,
+        _pending: &quire_log::commit::PendingVersions,
     ) -> Result<()> {
         self.0.fetch_add(1, Ordering::SeqCst);
         let policy = state.doc(&DocPath::parse("/policy.md").unwrap());
