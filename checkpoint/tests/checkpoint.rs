@@ -411,3 +411,132 @@ async fn a_replay_failing_part_way_keeps_the_changes_it_applied() {
     assert_eq!(cold.base().sequence(), reached.sequence());
     assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
 }
+
+/// Copies every object of `from` that `to` lacks.
+async fn copy_missing(from: &Arc<dyn BlobStore>, to: &Arc<dyn BlobStore>) {
+    for (key, bytes) in contents(&**from, PREFIX).await {
+        match to.create(&key, bytes).await {
+            Ok(_) => {}
+            Err(e) if e.is_precondition() => {}
+            Err(e) => panic!("copying {key}: {e}"),
+        }
+    }
+}
+
+/// The checkpoint at `sequence` and its root, as stored.
+async fn checkpoint_bytes(store: &Arc<dyn BlobStore>, sequence: u64) -> (bytes::Bytes, bytes::Bytes) {
+    let checkpoint = store
+        .get(&checkpoint_key(PREFIX, sequence))
+        .await
+        .unwrap()
+        .data;
+    let decoded = quire_checkpoint::format::Checkpoint::decode("c", sequence, &checkpoint).unwrap();
+    let root = store
+        .get(&format!("w/roots/{}", decoded.root))
+        .await
+        .unwrap()
+        .data;
+    (checkpoint, root)
+}
+
+/// A replica cold-started from a checkpoint whose upper tiers hold documents (its change
+/// marks are the tiers' cuts, not the sequences the documents changed at), and one that
+/// adopted that checkpoint from an older base, then both follow the log across grid points
+/// and write: their checkpoints are byte for byte the one a replica writes that replayed the
+/// whole log from genesis, and the one the replica that wrote every checkpoint writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_started_and_adopting_replicas_checkpoint_as_a_replay_does() {
+    let a = memory();
+    let mut writer = Writer::create(a.clone(), SMALL_WIDTHS).await;
+    let mut follower = open(&a).await;
+    let mut older = None;
+    for r in 0..20 {
+        round(&mut writer, r).await;
+        if r % 4 == 3 {
+            follower.catch_up().await.unwrap();
+            follower.checkpoint(FRESHEN).await.unwrap().unwrap();
+            older = older.or(Some(follower.base().sequence()));
+        }
+    }
+    round(&mut writer, 20).await;
+    follower.catch_up().await.unwrap();
+    follower.checkpoint(FRESHEN).await.unwrap().unwrap();
+    let middle = follower.base().sequence();
+    let older = older.unwrap();
+    let middle_root = follower.base().root.clone();
+    assert!(
+        middle_root.tiers[1..].iter().any(|t| t.documents > 0),
+        "an upper tier holds documents: {middle_root:?}"
+    );
+
+    // Two buckets holding what A holds now: one cold-starts from the middle checkpoint, one
+    // opens at an older one and adopts the middle one.
+    let cold_bucket = memory();
+    let adopting_bucket = memory();
+    copy_missing(&a, &cold_bucket).await;
+    copy_missing(&a, &adopting_bucket).await;
+    let mut cold = open(&cold_bucket).await;
+    assert_eq!(cold.base().sequence(), middle);
+    let mut adopting = open_at(&adopting_bucket, older).await;
+    adopting.catch_up().await.unwrap();
+    assert!(adopting.adopt(middle).await.unwrap());
+    assert_eq!(adopting.base().sequence(), middle);
+
+    // The log grows past grid points; the new slots and blobs reach both buckets.
+    for r in 21..40 {
+        round(&mut writer, r).await;
+    }
+    copy_missing(&a, &cold_bucket).await;
+    copy_missing(&a, &adopting_bucket).await;
+    follower.catch_up().await.unwrap();
+    follower.checkpoint(FRESHEN).await.unwrap().unwrap();
+    let end = follower.base().sequence();
+    let end_root = &follower.base().root;
+    assert!(
+        end_root
+            .tiers
+            .iter()
+            .zip(&middle_root.tiers)
+            .skip(1)
+            .any(|(now, then)| now.grid != then.grid),
+        "a grid point below the top was crossed: {middle_root:?} -> {end_root:?}"
+    );
+    for replica in [&mut cold, &mut adopting] {
+        replica.catch_up().await.unwrap();
+        assert_eq!(replica.state().sequence(), end);
+        replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    }
+
+    // A replay from genesis of the same log.
+    let replayed_bucket = memory();
+    for (key, bytes) in contents(&*a, PREFIX).await {
+        if key.starts_with("w/log/") || key.starts_with("w/blobs/") || key == "w/marker" {
+            replayed_bucket.create(&key, bytes).await.unwrap();
+        }
+    }
+    let (root, zero) = quire_checkpoint::genesis::genesis_objects(WORLD, SMALL_WIDTHS);
+    replayed_bucket
+        .create(&format!("w/roots/{}", zero.root), root.encode())
+        .await
+        .unwrap();
+    replayed_bucket
+        .create(&checkpoint_key(PREFIX, 1), zero.encode())
+        .await
+        .unwrap();
+    let mut replayed = open(&replayed_bucket).await;
+    assert_eq!(replayed.base().sequence(), 1);
+    replayed.checkpoint(FRESHEN).await.unwrap().unwrap();
+
+    let expected = checkpoint_bytes(&replayed_bucket, end).await;
+    assert_eq!(checkpoint_bytes(&a, end).await, expected, "the follower");
+    assert_eq!(
+        checkpoint_bytes(&cold_bucket, end).await,
+        expected,
+        "the cold-started replica"
+    );
+    assert_eq!(
+        checkpoint_bytes(&adopting_bucket, end).await,
+        expected,
+        "the adopting replica"
+    );
+}

@@ -155,9 +155,7 @@ async fn batch_sizes_grow_under_a_deep_queue() {
 async fn ambiguous_creates_that_landed_are_wins() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
     let test = Arc::new(TestStore::new(memory.clone()));
-    test.ambiguous_after_apply("log/", 2);
-    test.ambiguous_after_apply("blobs/", 1);
-    // One fragment at a time: slots first.
+    // The store keeps one rule at a time: slots first.
     test.ambiguous_after_apply("log/", 2);
     let c = start(test.clone(), WorldState::genesis(WORLD), 1, |_| {});
     let a = submit(&c, publish("/a.md", "a")).await.unwrap();
@@ -165,11 +163,29 @@ async fn ambiguous_creates_that_landed_are_wins() {
     assert_eq!((a.sequence, b.sequence), (Some(2), Some(3)));
     // Each landed create was answered ambiguous, read back, and recognised: exactly one
     // attempt per slot, no duplicate writes, no lost race reported.
+    assert_eq!(test.failed_after_apply.load(Ordering::SeqCst), 2);
     assert_eq!(test.slot_creates.load(Ordering::SeqCst), 2);
+
+    // Then a blob: a body over the inline limit is staged, its create lands and is
+    // answered ambiguous, and the blob is read back rather than created again.
+    test.ambiguous_after_apply("blobs/", 1);
+    let big = "big\n".repeat(quire_log::slot::DEFAULT_INLINE_LIMIT);
+    let written = submit(&c, publish("/big.md", &big)).await.unwrap();
+    assert_eq!(written.sequence, Some(4));
+    assert_eq!(test.failed_after_apply.load(Ordering::SeqCst), 3);
+    assert_eq!(test.blob_creates.load(Ordering::SeqCst), 1);
+    assert_eq!(test.slot_creates.load(Ordering::SeqCst), 3);
     assert_eq!(c.stats().slots_lost, 0);
     let state = replayed(memory.as_ref()).await;
-    assert_eq!(state.sequence(), 3);
+    assert_eq!(state.sequence(), 4);
     assert!(state == c.state());
+    let doc = state.doc(&DocPath::parse("/big.md").unwrap()).unwrap();
+    assert_eq!(doc.head.location, quire_log::Location::Blob);
+    let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, &doc.head)
+        .await
+        .unwrap();
+    let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
+    assert_eq!(stored.body, big);
 }
 
 #[tokio::test(start_paused = true)]

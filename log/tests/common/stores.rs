@@ -31,6 +31,8 @@ pub struct TestStore {
     pub held: AtomicUsize,
     pub slot_creates: AtomicU64,
     pub blob_creates: AtomicU64,
+    /// Creates that landed and were then answered with an injected error.
+    pub failed_after_apply: AtomicU64,
 }
 
 impl TestStore {
@@ -44,6 +46,7 @@ impl TestStore {
             held: AtomicUsize::new(0),
             slot_creates: AtomicU64::new(0),
             blob_creates: AtomicU64::new(0),
+            failed_after_apply: AtomicU64::new(0),
         }
     }
 
@@ -139,6 +142,7 @@ impl BlobStore for TestStore {
             }
         };
         if let Some(kind) = after {
+            self.failed_after_apply.fetch_add(1, Ordering::SeqCst);
             return Err(Error::new(Op::Create, key, kind, "response lost"));
         }
         result
