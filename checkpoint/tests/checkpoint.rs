@@ -482,38 +482,10 @@ async fn cold_started_and_adopting_replicas_checkpoint_as_a_replay_does() {
     assert!(adopting.adopt(middle).await.unwrap());
     assert_eq!(adopting.base().sequence(), middle);
 
-    // The log grows past grid points; the new slots and blobs reach both buckets.
-    for r in 21..40 {
-        round(&mut writer, r).await;
-    }
-    copy_missing(&a, &cold_bucket).await;
-    copy_missing(&a, &adopting_bucket).await;
-    follower.catch_up().await.unwrap();
-    follower.checkpoint(FRESHEN).await.unwrap().unwrap();
-    let end = follower.base().sequence();
-    let end_root = &follower.base().root;
-    assert!(
-        end_root
-            .tiers
-            .iter()
-            .zip(&middle_root.tiers)
-            .skip(1)
-            .any(|(now, then)| now.grid != then.grid),
-        "a grid point below the top was crossed: {middle_root:?} -> {end_root:?}"
-    );
-    for replica in [&mut cold, &mut adopting] {
-        replica.catch_up().await.unwrap();
-        assert_eq!(replica.state().sequence(), end);
-        replica.checkpoint(FRESHEN).await.unwrap().unwrap();
-    }
-
-    // A replay from genesis of the same log.
+    // The log grows round by round, past grid points; after each round the new slots and
+    // blobs reach the other buckets, and every replica checkpoints. A replay from genesis
+    // joins at the first round.
     let replayed_bucket = memory();
-    for (key, bytes) in contents(&*a, PREFIX).await {
-        if key.starts_with("w/log/") || key.starts_with("w/blobs/") || key == "w/marker" {
-            replayed_bucket.create(&key, bytes).await.unwrap();
-        }
-    }
     let (root, zero) = quire_checkpoint::genesis::genesis_objects(WORLD, SMALL_WIDTHS);
     replayed_bucket
         .create(&format!("w/roots/{}", zero.root), root.encode())
@@ -523,20 +495,57 @@ async fn cold_started_and_adopting_replicas_checkpoint_as_a_replay_does() {
         .create(&checkpoint_key(PREFIX, 1), zero.encode())
         .await
         .unwrap();
-    let mut replayed = open(&replayed_bucket).await;
-    assert_eq!(replayed.base().sequence(), 1);
-    replayed.checkpoint(FRESHEN).await.unwrap().unwrap();
-
-    let expected = checkpoint_bytes(&replayed_bucket, end).await;
-    assert_eq!(checkpoint_bytes(&a, end).await, expected, "the follower");
-    assert_eq!(
-        checkpoint_bytes(&cold_bucket, end).await,
-        expected,
-        "the cold-started replica"
-    );
-    assert_eq!(
-        checkpoint_bytes(&adopting_bucket, end).await,
-        expected,
-        "the adopting replica"
-    );
+    let mut replayed = None;
+    let mut previous = middle_root;
+    let (mut crossed, mut kept) = (false, false);
+    for r in 21..40 {
+        round(&mut writer, r).await;
+        copy_missing(&a, &cold_bucket).await;
+        copy_missing(&a, &adopting_bucket).await;
+        for (key, bytes) in contents(&*a, PREFIX).await {
+            if key.starts_with("w/log/") || key.starts_with("w/blobs/") || key == "w/marker" {
+                let _ = replayed_bucket.create(&key, bytes).await;
+            }
+        }
+        if replayed.is_none() {
+            let fresh = open(&replayed_bucket).await;
+            assert_eq!(fresh.base().sequence(), 1, "replayed from genesis");
+            replayed = Some(fresh);
+        }
+        let replayed = replayed.as_mut().unwrap();
+        follower.catch_up().await.unwrap();
+        follower.checkpoint(FRESHEN).await.unwrap().unwrap();
+        let end = follower.base().sequence();
+        for replica in [&mut cold, &mut adopting, replayed] {
+            replica.catch_up().await.unwrap();
+            assert_eq!(replica.state().sequence(), end);
+            replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+        }
+        let expected = checkpoint_bytes(&a, end).await;
+        for (name, bucket) in [
+            ("the cold-started replica", &cold_bucket),
+            ("the adopting replica", &adopting_bucket),
+            ("the replay from genesis", &replayed_bucket),
+        ] {
+            assert_eq!(
+                checkpoint_bytes(bucket, end).await,
+                expected,
+                "{name} after round {r}"
+            );
+        }
+        let now = follower.base().root.clone();
+        // The top tier is cut at the checkpoint itself; the ones below at grid points.
+        let below_top = now.tiers.len() - 1;
+        let moved = now
+            .tiers
+            .iter()
+            .zip(&previous.tiers)
+            .take(below_top)
+            .any(|(now, then)| now.grid != then.grid);
+        crossed |= moved;
+        kept |= !moved;
+        previous = now;
+    }
+    assert!(crossed, "some round crossed a grid point below the top");
+    assert!(kept, "some round stayed between grid points");
 }
