@@ -1,7 +1,8 @@
 //! Replicas opening one prefix: concurrent opens of an empty prefix join one world, a world
 //! being created is waited for, objects that are not a world's are refused by name, and the
-//! catalog's freshness bound holds from the moment of the open. Memory driver behind the
-//! simulated bucket, on tokio's paused clock.
+//! catalog's freshness bound holds from the moment of the open, and an open rides out
+//! transient bucket errors by itself. Memory driver behind the simulated bucket, on tokio's
+//! paused clock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -232,4 +233,45 @@ async fn the_catalog_bound_counts_from_before_the_replay_of_an_open() {
     assert_eq!(catalog_paths(&reader).await, ["/a.md", "/late.md"]);
     writer.close().await;
     reader.close().await;
+}
+
+/// The first reads an open makes (the marker, the listings, the checkpoint, the log's tip)
+/// fail as throttled, or unavailable as a lost response is: the
+/// open retries each with backoff on tokio's clock and succeeds, writable and read-only,
+/// without the caller retrying.
+#[tokio::test(start_paused = true)]
+async fn an_open_retries_transient_bucket_errors_itself() {
+    use quire_blob::{Fault, FaultRule};
+
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let first = BucketStore::open(memory.clone(), options("w/"))
+        .await
+        .unwrap();
+    publish(&first, "/a.md", "before").await;
+    first.close().await;
+
+    for read_only in [false, true] {
+        let flaky = Arc::new(Simulated::new(memory.clone(), 3));
+        flaky.add_fault(FaultRule::new(Op::Get, "", Fault::Throttled).first(2));
+        flaky.add_fault(FaultRule::new(Op::List, "", Fault::Unavailable).first(2));
+        flaky.add_fault(FaultRule::new(Op::Head, "", Fault::Throttled).first(1));
+        let began = tokio::time::Instant::now();
+        let store = BucketStore::open(
+            flaky.clone(),
+            BucketOptions {
+                read_only,
+                ..options("w/")
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("read-only {read_only}: the open gave up: {e}"));
+        let injected = flaky.injected();
+        assert!(
+            injected.throttled >= 2 && injected.unavailable >= 2,
+            "{injected:?}"
+        );
+        assert!(began.elapsed() < Duration::from_secs(30), "bounded backoff");
+        assert_eq!(content(&store, "/a.md").await, "before");
+        store.close().await;
+    }
 }

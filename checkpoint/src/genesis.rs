@@ -15,7 +15,7 @@ use quire_log::{Hash, WorldId, keys as log_keys};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::format::{Checkpoint, Root, TIERS, Tier, widths_are_valid};
 use crate::keys::{checkpoint_key, root_key};
-use crate::objects::{Fence, put, put_addressed};
+use crate::objects::{Fence, get_retrying, put, put_addressed, retrying};
 
 /// The genesis root and checkpoint of `world`.
 pub fn genesis_objects(world: WorldId, widths: [u64; TIERS - 1]) -> (Root, Checkpoint) {
@@ -75,7 +75,9 @@ fn is_world_object(prefix: &str, key: &str) -> bool {
 /// checkpoint takes the name; every opener (the winner, the losers, a later one finding a
 /// creator that stopped half-way) then derives that world's root and marker from it and
 /// writes them with identical bytes, the marker last, so a marker always has a complete
-/// checkpoint. A prefix holding objects of another kind is refused, naming them.
+/// checkpoint. A prefix holding objects of another kind is refused, naming them. Each read
+/// retries transient errors (throttled, unavailable, a lost response) with bounded backoff
+/// on tokio's clock, as every checkpoint read does.
 pub async fn join_or_create_world(
     store: &dyn BlobStore,
     prefix: &str,
@@ -92,7 +94,7 @@ pub async fn join_or_create_world(
             format!("invalid tier widths {widths:?}"),
         ));
     }
-    match store.get(&mkey).await {
+    match get_retrying(store, &mkey).await {
         Ok(found) => {
             return Marker::decode(&found.data)
                 .map(|m| Joined::World(m.world))
@@ -115,14 +117,17 @@ pub async fn join_or_create_world(
     let mut looks = 0;
     let checkpoint = loop {
         looks += 1;
-        match store.get(&ckey).await {
+        match get_retrying(store, &ckey).await {
             Ok(found) => break Checkpoint::decode(&ckey, GENESIS_SEQUENCE, &found.data)?,
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(Error::storage(op, e)),
         }
-        let listed = quire_blob::list_all(store, prefix, "")
-            .await
-            .map_err(|e| Error::storage(op, e))?;
+        let listed = retrying(
+            || quire_blob::list_all(store, prefix, ""),
+            |e: &quire_blob::Error| Some(e.kind()),
+        )
+        .await
+        .map_err(|e| Error::storage(op, e))?;
         let foreign: Vec<&str> = listed
             .iter()
             .map(|a| a.key.as_str())
@@ -170,7 +175,7 @@ pub async fn join_or_create_world(
     if derived != checkpoint {
         // Written with other tier widths: only its creator can write its root.
         let rkey = root_key(prefix, &checkpoint.root);
-        match store.head(&rkey).await {
+        match retrying(|| store.head(&rkey), |e: &quire_blob::Error| Some(e.kind())).await {
             Ok(_) => {}
             Err(e) if e.is_not_found() => {
                 return Ok(Joined::Pending(format!(

@@ -424,7 +424,10 @@ async fn copy_missing(from: &Arc<dyn BlobStore>, to: &Arc<dyn BlobStore>) {
 }
 
 /// The checkpoint at `sequence` and its root, as stored.
-async fn checkpoint_bytes(store: &Arc<dyn BlobStore>, sequence: u64) -> (bytes::Bytes, bytes::Bytes) {
+async fn checkpoint_bytes(
+    store: &Arc<dyn BlobStore>,
+    sequence: u64,
+) -> (bytes::Bytes, bytes::Bytes) {
     let checkpoint = store
         .get(&checkpoint_key(PREFIX, sequence))
         .await
