@@ -363,9 +363,14 @@ async fn one_changed_document_costs_one_block_one_shard_one_root_one_checkpoint(
     );
     assert_eq!(cost.requests(BlobOp::Create), 4);
     assert_eq!(
-        cost.requests(BlobOp::Get),
+        cost.requests(BlobOp::Get) + cost.requests(BlobOp::GetRange),
         1,
         "the old block holding version 1 is read once"
+    );
+    assert_eq!(
+        cost.requests(BlobOp::GetRange),
+        1,
+        "by range, from the pack of the epoch that created the document"
     );
     assert!(cost.bytes_up < 40_000, "{} bytes up", cost.bytes_up);
 
