@@ -410,7 +410,8 @@ impl Root {
             }
             None => {}
             Some(sealed) => {
-                let low = grid(epoch_width(&self.widths), s).max(quire_log::marker::GENESIS_SEQUENCE);
+                let low =
+                    grid(epoch_width(&self.widths), s).max(quire_log::marker::GENESIS_SEQUENCE);
                 let slot_span = quire_log::slot::MAX_SLOT_ENTRIES as u64;
                 if sealed < low || sealed > s || sealed - low >= slot_span {
                     return Err(format!("sealed cut {sealed} does not fit sequence {s}"));
@@ -466,10 +467,16 @@ struct ShardWire<E> {
 /// the sequence of its last change (0 in the base tier).
 pub type ShardDoc<'a> = (&'a DocState, &'a [HistoryBlockRef], u64);
 
-fn entry_fields(
-    doc: &DocState,
-    history: &[HistoryBlockRef],
-) -> (String, String, Metadata, WireLocation, Vec<(u64, u64, Hash)>) {
+/// The owned fields of an entry: path, title, metadata, location and history references.
+type EntryFields = (
+    String,
+    String,
+    Metadata,
+    WireLocation,
+    Vec<(u64, u64, Hash)>,
+);
+
+fn entry_fields(doc: &DocState, history: &[HistoryBlockRef]) -> EntryFields {
     (
         doc.path.as_str().to_owned(),
         doc.catalog.title().to_owned(),
@@ -669,7 +676,11 @@ fn decode_entry<'a>(
         }
         Arc::from(history)
     };
-    let changed = if schema == LEGACY_SCHEMA { 0 } else { r.uint()? };
+    let changed = if schema == LEGACY_SCHEMA {
+        0
+    } else {
+        r.uint()?
+    };
     if changed > sequence {
         return Err(at("changed after the checkpoint"));
     }
@@ -697,25 +708,28 @@ fn decode_entry<'a>(
     {
         return Err(at("history blocks do not tile the retained versions"));
     }
-    Ok((DocState {
-        path: doc_path,
-        current,
-        first,
-        archived,
-        body_hash,
-        modified,
-        catalog: DocCatalog::new(title, pairs.iter().copied()),
-        head: VersionRecord {
-            version: current,
-            hash: etag,
+    Ok((
+        DocState {
+            path: doc_path,
+            current,
+            first,
+            archived,
             body_hash,
             modified,
-            size,
-            location: location_of(location),
+            catalog: DocCatalog::new(title, pairs.iter().copied()),
+            head: VersionRecord {
+                version: current,
+                hash: etag,
+                body_hash,
+                modified,
+                size,
+                location: location_of(location),
+            },
+            history,
+            recent: Default::default(),
         },
-        history,
-        recent: Default::default(),
-    }, changed))
+        changed,
+    ))
 }
 
 #[derive(Serialize, Deserialize)]

@@ -6,7 +6,9 @@
 //! reuses every block whose range is unchanged and builds the others from the document's
 //! recent versions and, where a block gains versions or loses pruned ones, the old block's
 //! records. Version bytes are never copied: an inline version's record names its slot and
-//! the byte range inside it.
+//! the byte range inside it. A reference names a block stored alone by its hash, or a block
+//! inside a history pack by where it lies there ([`crate::format::PackedBlock`]); which one
+//! is the checkpoint writer's to decide (see `write`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1022,7 +1022,11 @@ fn merge_group(
         counts[tier] += docs.len() as u64;
         // Schema 2: a document's change lies in its tier (none named in the base tier).
         if root.sealed.is_some() {
-            let low = if tier == 0 { 0 } else { root.tiers[tier - 1].cut };
+            let low = if tier == 0 {
+                0
+            } else {
+                root.tiers[tier - 1].cut
+            };
             let fits = |changed: u64| {
                 if tier == 0 {
                     changed == 0
@@ -1034,10 +1038,7 @@ fn merge_group(
                 return Err(Error::integrity(
                     Op::Load,
                     key,
-                    format!(
-                        "{}: changed at {changed}, outside tier {tier}",
-                        doc.path
-                    ),
+                    format!("{}: changed at {changed}, outside tier {tier}", doc.path),
                 ));
             }
         }

@@ -4,9 +4,12 @@
 //! store keeps committing while it writes; the replica then installs the result. The job
 //! keeps every tier whose grid point has not moved since the base, rebuilds the tiers whose
 //! grid point moved from the state kept at that point, and rewrites only the top-tier shards
-//! holding a document changed since the base. Objects are written bottom-up (history blocks,
-//! shards, root, checkpoint), so a reader never finds a name pointing at nothing; a job cut
-//! short leaves orphans a later job reuses through create-if-absent.
+//! holding a document changed since the base. History blocks are placed by the log alone:
+//! the last block of a document whose history epoch ended lives in that epoch's pack (built
+//! here from the documents the replica kept at the epoch's cut), every other block is stored
+//! alone. Objects are written bottom-up (history blocks and packs, shards, root, checkpoint),
+//! so a reader never finds a name pointing at nothing; a job cut short leaves orphans a
+//! later job reuses through create-if-absent.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -21,8 +24,8 @@ use tokio::sync::Mutex;
 
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::format::{
-    Checkpoint, PackedBlock, Root, ShardDoc, TIERS, Tier, decode_block, encode_shard_entries,
-    grid, pack_blocks, path_hash, shard_bits, shard_of,
+    Checkpoint, PackedBlock, Root, ShardDoc, TIERS, Tier, decode_block, encode_shard_entries, grid,
+    pack_blocks, path_hash, shard_bits, shard_of,
 };
 use crate::history::{BlockCache, fold, read_block_bytes};
 use crate::keys::{checkpoint_key, history_key, pack_key, root_key, shard_key};
@@ -127,6 +130,16 @@ impl Replica {
         Ok(Some(stats))
     }
 }
+
+/// A document of a shard build (its index) with its last change, its references and the
+/// blocks to store alone first.
+type Resolved = (
+    usize,
+    Arc<DocState>,
+    u64,
+    Arc<[HistoryBlockRef]>,
+    Vec<(Hash, Bytes)>,
+);
 
 /// A document with the history its entry names and its last change.
 type FoldedDoc = (Arc<DocState>, Arc<[HistoryBlockRef]>, u64);
@@ -258,13 +271,7 @@ impl CheckpointJob {
 
     /// Tier `j` of a schema-1 base, moved to this schema as it stands: its documents read
     /// from its shards, with the references they name, marked with the tier's cut.
-    async fn reencode(
-        &self,
-        j: usize,
-        _lower_cut: u64,
-        workers: usize,
-        op: Op,
-    ) -> Result<(Tier, Vec<ShardBuild>)> {
+    async fn reencode(&self, j: usize, workers: usize, op: Op) -> Result<(Tier, Vec<ShardBuild>)> {
         let old = &self.base.root.tiers[j];
         let refs: Vec<(usize, u32, Hash)> = old
             .shards
@@ -367,8 +374,7 @@ impl CheckpointJob {
                     "an epoch's history pack passes 4 GiB",
                 ));
             };
-            for (((doc, changed), placed_doc), name) in epoch.docs.iter().zip(folded).zip(names)
-            {
+            for (((doc, changed), placed_doc), name) in epoch.docs.iter().zip(folded).zip(names) {
                 let mut refs = placed_doc.refs;
                 refs.last_mut().expect("a retained version").hash = name;
                 standalone.extend(placed_doc.new_blocks);
@@ -389,8 +395,7 @@ impl CheckpointJob {
                 if legacy {
                     // A schema-1 tier moves to this schema as it stands: its documents
                     // with the references its shards name.
-                    let (tier, mut tier_builds) =
-                        self.reencode(j, lower_cut, workers, op).await?;
+                    let (tier, mut tier_builds) = self.reencode(j, workers, op).await?;
                     tiers.push(tier);
                     builds.append(&mut tier_builds);
                 } else {
@@ -490,36 +495,41 @@ impl CheckpointJob {
         let placed = &placed;
         let history = &history;
         let builds_ref = &builds;
-        let resolved: Vec<(usize, Arc<DocState>, u64, Arc<[HistoryBlockRef]>, Vec<(Hash, Bytes)>)> =
-            futures::stream::iter(flat)
-                .map(|(b, doc, changed)| async move {
-                    if builds_ref[b].given {
-                        return Ok((b, doc.clone(), changed, doc.history.clone(), Vec::new()));
-                    }
-                    if changed <= base_sealed {
-                        let refs = state
-                            .doc(&doc.path)
-                            .map(|now| now.history.clone())
-                            .unwrap_or_else(|| doc.history.clone());
-                        return Ok((b, doc, changed, refs, Vec::new()));
-                    }
-                    if changed <= sealed {
-                        let Some(refs) = placed.get(&(doc.path.clone(), changed)) else {
-                            return Err(Error::new(
-                                op,
-                                doc.path.as_str(),
-                                ErrorKind::Precondition,
-                                format!("no sealed epoch holds the change at {changed}"),
-                            ));
-                        };
-                        return Ok((b, doc, changed, refs.clone(), Vec::new()));
-                    }
-                    let placed_doc = history.place(&doc, false).await?;
-                    Ok((b, doc, changed, placed_doc.refs.into(), placed_doc.new_blocks))
-                })
-                .buffered(workers)
-                .try_collect()
-                .await?;
+        let resolved: Vec<Resolved> = futures::stream::iter(flat)
+            .map(|(b, doc, changed)| async move {
+                if builds_ref[b].given {
+                    return Ok((b, doc.clone(), changed, doc.history.clone(), Vec::new()));
+                }
+                if changed <= base_sealed {
+                    let refs = state
+                        .doc(&doc.path)
+                        .map(|now| now.history.clone())
+                        .unwrap_or_else(|| doc.history.clone());
+                    return Ok((b, doc, changed, refs, Vec::new()));
+                }
+                if changed <= sealed {
+                    let Some(refs) = placed.get(&(doc.path.clone(), changed)) else {
+                        return Err(Error::new(
+                            op,
+                            doc.path.as_str(),
+                            ErrorKind::Precondition,
+                            format!("no sealed epoch holds the change at {changed}"),
+                        ));
+                    };
+                    return Ok((b, doc, changed, refs.clone(), Vec::new()));
+                }
+                let placed_doc = history.place(&doc, false).await?;
+                Ok((
+                    b,
+                    doc,
+                    changed,
+                    placed_doc.refs.into(),
+                    placed_doc.new_blocks,
+                ))
+            })
+            .buffered(workers)
+            .try_collect()
+            .await?;
 
         let mut seen_blocks = std::collections::HashSet::new();
         let mut blocks: Vec<(Hash, Bytes)> = Vec::new();

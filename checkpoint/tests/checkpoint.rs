@@ -438,7 +438,10 @@ async fn history_objects_grow_with_epochs_not_documents() {
         let slot: Vec<_> = (0..16)
             .map(|i| {
                 let n = (k * 16 + i) * 7 % 5000;
-                publish(&format!("/d/{}/{}.md", n / 250, n % 250), &format!("# again {k}\n"))
+                publish(
+                    &format!("/d/{}/{}.md", n / 250, n % 250),
+                    &format!("# again {k}\n"),
+                )
             })
             .collect();
         writer.commit(&slot).await;

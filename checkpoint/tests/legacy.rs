@@ -44,7 +44,10 @@ async fn a_schema_1_world_opens_is_adopted_and_moves_to_schema_2() {
     // It opens on its newest checkpoint (schema 1) and equals a replay of its whole log.
     let newest = open(&store, None).await;
     assert_eq!(newest.base().root.sealed, None, "a schema-1 root");
-    assert!(newest.slots_since_base() > 0, "slots after the newest checkpoint replay");
+    assert!(
+        newest.slots_since_base() > 0,
+        "slots after the newest checkpoint replay"
+    );
     let replayed = open(&store, Some(1)).await;
     let digest = state_digest(replayed.state());
     assert_eq!(state_digest(newest.state()), digest);
@@ -53,9 +56,10 @@ async fn a_schema_1_world_opens_is_adopted_and_moves_to_schema_2() {
     assert_eq!(export_all(&store, newest.state()).await, every_version);
 
     // A replica resting on an older schema-1 checkpoint adopts the newest.
-    let listed = quire_checkpoint::replica::list_checkpoints(&*store, PREFIX, quire_checkpoint::Op::Load)
-        .await
-        .unwrap();
+    let listed =
+        quire_checkpoint::replica::list_checkpoints(&*store, PREFIX, quire_checkpoint::Op::Load)
+            .await
+            .unwrap();
     let (older, newest_sequence) = (listed[listed.len() - 2].0, listed[listed.len() - 1].0);
     let mut peer = open(&store, Some(older)).await;
     assert!(peer.adopt(newest_sequence).await.unwrap());
@@ -89,7 +93,12 @@ async fn a_schema_1_world_opens_is_adopted_and_moves_to_schema_2() {
     // Writes that end history epochs (16 sequences with these widths) are packed.
     for r in 0..6 {
         let slot: Vec<_> = (0..8)
-            .map(|i| publish(&format!("/docs/{}.md", (r * 3 + i) % 24), &format!("# {r} {i}\n")))
+            .map(|i| {
+                publish(
+                    &format!("/docs/{}.md", (r * 3 + i) % 24),
+                    &format!("# {r} {i}\n"),
+                )
+            })
             .collect();
         writer.commit(&slot).await;
     }
