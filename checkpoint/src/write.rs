@@ -131,6 +131,10 @@ impl Replica {
     }
 }
 
+/// How many documents a job folds at once: most folds read one small history block (by
+/// range, from a pack), so the job waits on the bucket's latency, not on bandwidth.
+const HISTORY_READERS: usize = 256;
+
 /// A document of a shard build (its index) with its last change, its references and the
 /// blocks to store alone first.
 type Resolved = (
@@ -351,18 +355,27 @@ impl CheckpointJob {
         let mut standalone: Vec<(Hash, Bytes)> = Vec::new();
         let mut packs: Vec<(String, Bytes)> = Vec::new();
         let mut placed: HashMap<(DocPath, u64), Arc<[HistoryBlockRef]>> = HashMap::new();
+        // Every ended epoch's documents fold at once (their reads are small and
+        // latency-bound), then each epoch's last blocks become its pack.
+        let history = &history;
+        let docs: Vec<Arc<DocState>> = self
+            .tracker
+            .sealed
+            .iter()
+            .flat_map(|epoch| epoch.docs.iter().map(|(d, _)| d.clone()))
+            .collect();
+        let mut folded = futures::stream::iter(docs)
+            .map(|doc| async move { history.place(&doc, true).await })
+            .buffered(HISTORY_READERS.max(workers))
+            .try_collect::<Vec<Placed>>()
+            .await?
+            .into_iter();
         for epoch in &self.tracker.sealed {
-            let history = &history;
-            let docs: Vec<Arc<DocState>> = epoch.docs.iter().map(|(d, _)| d.clone()).collect();
-            let folded: Vec<Placed> = futures::stream::iter(docs)
-                .map(|doc| async move { history.place(&doc, true).await })
-                .buffered(workers)
-                .try_collect()
-                .await?;
-            let mut blocks = Vec::with_capacity(folded.len());
-            for placed_doc in &folded {
-                blocks.push(placed_doc.last.clone().expect("a packed placement"));
-            }
+            let epoch_folded: Vec<Placed> = folded.by_ref().take(epoch.docs.len()).collect();
+            let blocks: Vec<Bytes> = epoch_folded
+                .iter()
+                .map(|placed_doc| placed_doc.last.clone().expect("a packed placement"))
+                .collect();
             if blocks.is_empty() {
                 continue;
             }
@@ -374,7 +387,9 @@ impl CheckpointJob {
                     "an epoch's history pack passes 4 GiB",
                 ));
             };
-            for (((doc, changed), placed_doc), name) in epoch.docs.iter().zip(folded).zip(names) {
+            for (((doc, changed), placed_doc), name) in
+                epoch.docs.iter().zip(epoch_folded).zip(names)
+            {
                 let mut refs = placed_doc.refs;
                 refs.last_mut().expect("a retained version").hash = name;
                 standalone.extend(placed_doc.new_blocks);
@@ -493,43 +508,43 @@ impl CheckpointJob {
             .collect();
         let state = &self.state;
         let placed = &placed;
-        let history = &history;
         let builds_ref = &builds;
-        let resolved: Vec<Resolved> = futures::stream::iter(flat)
-            .map(|(b, doc, changed)| async move {
-                if builds_ref[b].given {
-                    return Ok((b, doc.clone(), changed, doc.history.clone(), Vec::new()));
-                }
-                if changed <= base_sealed {
-                    let refs = state
-                        .doc(&doc.path)
-                        .map(|now| now.history.clone())
-                        .unwrap_or_else(|| doc.history.clone());
-                    return Ok((b, doc, changed, refs, Vec::new()));
-                }
-                if changed <= sealed {
-                    let Some(refs) = placed.get(&(doc.path.clone(), changed)) else {
-                        return Err(Error::new(
-                            op,
-                            doc.path.as_str(),
-                            ErrorKind::Precondition,
-                            format!("no sealed epoch holds the change at {changed}"),
+        let mut resolved: Vec<(usize, Resolved)> =
+            futures::stream::iter(flat.into_iter().enumerate())
+                .map(|(at, (b, doc, changed))| async move {
+                    if builds_ref[b].given {
+                        return Ok((
+                            at,
+                            (b, doc.clone(), changed, doc.history.clone(), Vec::new()),
                         ));
-                    };
-                    return Ok((b, doc, changed, refs.clone(), Vec::new()));
-                }
-                let placed_doc = history.place(&doc, false).await?;
-                Ok((
-                    b,
-                    doc,
-                    changed,
-                    placed_doc.refs.into(),
-                    placed_doc.new_blocks,
-                ))
-            })
-            .buffered(workers)
-            .try_collect()
-            .await?;
+                    }
+                    if changed <= base_sealed {
+                        let refs = state
+                            .doc(&doc.path)
+                            .map(|now| now.history.clone())
+                            .unwrap_or_else(|| doc.history.clone());
+                        return Ok((at, (b, doc, changed, refs, Vec::new())));
+                    }
+                    if changed <= sealed {
+                        let Some(refs) = placed.get(&(doc.path.clone(), changed)) else {
+                            return Err(Error::new(
+                                op,
+                                doc.path.as_str(),
+                                ErrorKind::Precondition,
+                                format!("no sealed epoch holds the change at {changed}"),
+                            ));
+                        };
+                        return Ok((at, (b, doc, changed, refs.clone(), Vec::new())));
+                    }
+                    let placed_doc = history.place(&doc, false).await?;
+                    let refs = placed_doc.refs.into();
+                    Ok((at, (b, doc, changed, refs, placed_doc.new_blocks)))
+                })
+                .buffer_unordered(HISTORY_READERS.max(workers))
+                .try_collect()
+                .await?;
+        // In the order the shards hold them (a fold that reads waits on no other).
+        resolved.sort_unstable_by_key(|(at, _)| *at);
 
         let mut seen_blocks = std::collections::HashSet::new();
         let mut blocks: Vec<(Hash, Bytes)> = Vec::new();
@@ -542,7 +557,7 @@ impl CheckpointJob {
             .iter()
             .map(|b| Vec::with_capacity(b.docs.len()))
             .collect();
-        for (b, doc, changed, refs, new_blocks) in resolved {
+        for (_, (b, doc, changed, refs, new_blocks)) in resolved {
             for (hash, bytes) in new_blocks {
                 if seen_blocks.insert(hash) {
                     blocks.push((hash, bytes));
