@@ -2,6 +2,9 @@
 //! benchmarks: each publish built like `quire_log::build` builds one, with inline version
 //! bytes, and no world state (the generator knows every document's head).
 
+// Each benchmark uses part of it.
+#![allow(dead_code)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
