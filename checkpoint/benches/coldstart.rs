@@ -22,21 +22,20 @@
 //!   interval whose checkpoint crosses the base grid rewrites the whole index (a full
 //!   checkpoint) and is reported as such.
 
-use std::collections::HashMap;
+mod generator;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use generator::{Generator, PREFIX, WORLD};
 use quire_blob::BlobStore;
 use quire_blob::file::FileStore;
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::genesis::create_world;
 use quire_checkpoint::{OpenOptions, Replica, WriteStats};
-use quire_log::metadata::{Catalog, Metadata};
-use quire_log::slot::{EncodedSlot, Entry, EntryOp, EntryWrite, Slot};
-use quire_log::version::StoredVersion;
-use quire_log::{DocPath, Hash, OperationId, StoreId, Timestamp, WorldId, keys};
-use rand::{Rng, SeedableRng};
+use quire_log::slot::Entry;
+use rand::SeedableRng;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 /// Counts heap bytes, so the loaded state's heap is reported apart from what the allocator
@@ -51,9 +50,6 @@ fn heap_mib(region: &Region<'_, std::alloc::System>) -> f64 {
     (change.bytes_allocated as f64 - change.bytes_deallocated as f64) / (1024.0 * 1024.0)
 }
 
-const WORLD: WorldId = WorldId([0x42; 16]);
-const STORE: StoreId = StoreId([0x24; 16]);
-const PREFIX: &str = "bench/";
 const FRESHEN: Duration = Duration::from_secs(1800);
 const WORKERS: usize = 64;
 
@@ -127,121 +123,6 @@ fn cpu_seconds(thread: bool) -> f64 {
     }
 }
 
-fn doc_path(i: u64) -> String {
-    format!("/team{:03}/notes/{i:07}.md", i % 500)
-}
-
-fn metadata(i: u64) -> Metadata {
-    let mut m = Metadata::new();
-    m.insert("tags".into(), format!("notes,t{}", i % 50));
-    m
-}
-
-/// Writes slots the way the committer would, without a world state: the generator knows
-/// every document's current version and hash.
-struct Generator {
-    store: Arc<dyn BlobStore>,
-    next: u64,
-    tip: Hash,
-    operations: u64,
-}
-
-impl Generator {
-    fn entry(&mut self, i: u64, version: u64, previous: Option<Hash>) -> (Entry, Hash) {
-        self.operations += 1;
-        let mut id = [0u8; 16];
-        id[..8].copy_from_slice(&self.operations.to_be_bytes());
-        let path = DocPath::parse(&doc_path(i)).unwrap();
-        let meta = metadata(i);
-        let body = format!(
-            "# Note {i}\n\nVersion {version} of note {i}: a paragraph of ordinary text standing in for \
-             what people write, long enough to look like a short note.\n"
-        );
-        let stored = StoredVersion {
-            version,
-            previous,
-            metadata: meta.clone(),
-            body,
-        };
-        let bytes = stored.encode();
-        let hash = Hash::of(&bytes);
-        let entry = Entry {
-            operation: OperationId(id),
-            op: EntryOp::Publish,
-            agent: None,
-            path: path.clone(),
-            current: version,
-            first: 1,
-            archived: false,
-            body_hash: Hash::of(stored.body.as_bytes()),
-            modified: Timestamp(1_767_225_600 + self.operations / 250),
-            write: Some(EntryWrite {
-                catalog: Catalog::derive(&path, &meta, &stored.body),
-                hash,
-                previous,
-                size: bytes.len() as u64,
-                inline: Some(bytes),
-            }),
-        };
-        (entry, hash)
-    }
-
-    async fn commit(&mut self, entries: Vec<Entry>) {
-        let n = entries.len() as u64;
-        let key = keys::slot_key(PREFIX, self.next);
-        let slot = Slot {
-            world: WORLD,
-            first: self.next,
-            store: STORE,
-            prev: self.tip,
-            entries,
-        };
-        let encoded = EncodedSlot::encode(slot, &key).unwrap();
-        self.store
-            .create(&key, encoded.bytes.clone())
-            .await
-            .unwrap();
-        self.tip = encoded.hash;
-        self.next += n;
-    }
-
-    /// Commits `writes` uniform random rewrites in slots of `per_slot`, reading each
-    /// document's head from `replica` unless this run rewrote it already.
-    async fn rewrites(
-        &mut self,
-        replica: &Replica,
-        docs: u64,
-        writes: u64,
-        per_slot: usize,
-        rng: &mut impl Rng,
-    ) {
-        let mut heads: HashMap<u64, (u64, Hash)> = HashMap::new();
-        let mut left = writes;
-        while left > 0 {
-            let mut entries = Vec::new();
-            let mut in_slot = std::collections::HashSet::new();
-            while entries.len() < per_slot && left > 0 {
-                let i = rng.random_range(0..docs);
-                if !in_slot.insert(i) {
-                    continue;
-                }
-                let (version, hash) = *heads.entry(i).or_insert_with(|| {
-                    let doc = replica
-                        .state()
-                        .doc(&DocPath::parse(&doc_path(i)).unwrap())
-                        .unwrap();
-                    (doc.current, doc.head.hash)
-                });
-                let (entry, new_hash) = self.entry(i, version + 1, Some(hash));
-                heads.insert(i, (version + 1, new_hash));
-                entries.push(entry);
-                left -= 1;
-            }
-            self.commit(entries).await;
-        }
-    }
-}
-
 async fn open(store: &Arc<dyn BlobStore>) -> Replica {
     let options = OpenOptions {
         workers: WORKERS,
@@ -277,12 +158,7 @@ async fn build(args: &Args) {
     create_world(&*store, PREFIX, WORLD, DEFAULT_WIDTHS)
         .await
         .unwrap();
-    let mut generator = Generator {
-        store: store.clone(),
-        next: 2,
-        tip: quire_log::marker::genesis_tip(WORLD),
-        operations: 0,
-    };
+    let mut generator = Generator::after_genesis(store.clone());
     let mut replica = open(&store).await;
     let started = Instant::now();
     let mut checkpoint_time = Duration::ZERO;
@@ -353,18 +229,13 @@ async fn coldstart(args: &Args) {
 async fn replay(args: &Args) {
     let store = store(args);
     let mut replica = open(&store).await;
-    let mut generator = Generator {
-        store: store.clone(),
-        next: replica.state().sequence() + 1,
-        tip: replica.state().tip(),
-        operations: replica.state().sequence() * 7,
-    };
+    let mut generator = Generator::after(store.clone(), &replica, 7);
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let docs = replica.state().doc_count();
     let mut walls = Vec::new();
     for run in 0..args.runs.max(1) {
         generator
-            .rewrites(&replica, docs, 1024 * 16, 16, &mut rng)
+            .rewrites(&replica, docs, 1024 * 16, 16, &mut rng, |_| {})
             .await;
         let region = Region::new(HEAP);
         let (cpu, applying) = (cpu_seconds(false), cpu_seconds(true));
@@ -393,12 +264,7 @@ async fn replay(args: &Args) {
 async fn writes(args: &Args) {
     let store = store(args);
     let mut replica = open(&store).await;
-    let mut generator = Generator {
-        store: store.clone(),
-        next: replica.state().sequence() + 1,
-        tip: replica.state().tip(),
-        operations: replica.state().sequence() * 11,
-    };
+    let mut generator = Generator::after(store.clone(), &replica, 11);
     let mut rng = rand::rngs::StdRng::seed_from_u64(2);
     let docs = replica.state().doc_count();
     let mut steady = Vec::new();
@@ -406,7 +272,7 @@ async fn writes(args: &Args) {
         let base_grid = replica.base().root.tiers[0].grid;
         let middle_grid = replica.base().root.tiers[1].grid;
         generator
-            .rewrites(&replica, docs, args.writes, 16, &mut rng)
+            .rewrites(&replica, docs, args.writes, 16, &mut rng, |_| {})
             .await;
         replica.catch_up().await.unwrap();
         let t = Instant::now();

@@ -28,8 +28,18 @@ use crate::error::{Error, Op, Result};
 use crate::strict::{Read as ReadResult, Reader};
 use quire_log::cbor;
 
-/// The schema number of every checkpoint object.
-pub const SCHEMA: u32 = 1;
+/// The schema number of the roots and shards this format writes: schema 2 (history packed
+/// by epoch, a tier's shard bits from its own count, entries naming their last change).
+pub const SCHEMA: u32 = 2;
+/// The schema of roots and shards written before packs: read, and moved to [`SCHEMA`] by the
+/// next checkpoint. Checkpoint objects and history blocks keep this number: their bytes did
+/// not change.
+pub const LEGACY_SCHEMA: u32 = 1;
+/// The schema number of checkpoint objects and history blocks.
+pub const BLOCK_SCHEMA: u32 = 1;
+/// The widest history epoch (in sequences): the history blocks of the documents whose last
+/// change falls in one epoch are packed together once the epoch ends.
+pub const EPOCH_WIDTH: u64 = 1024;
 /// About how many documents one shard holds.
 pub const DOCS_PER_SHARD: u64 = 256;
 /// The most shard bits: at most 65,536 shards per tier.
@@ -70,6 +80,12 @@ pub fn shard_of(hash: &Hash, bits: u8) -> u32 {
 pub fn label(bits: u8, index: u32) -> String {
     let width = usize::from(bits.div_ceil(4).max(1));
     format!("{index:0width$x}")
+}
+
+/// The history-epoch width of a world with tier `widths`: [`EPOCH_WIDTH`], or the middle
+/// tier's width if smaller, so every tier grid point is an epoch grid point.
+pub fn epoch_width(widths: &[u64; TIERS - 1]) -> u64 {
+    EPOCH_WIDTH.min(widths[TIERS - 2])
 }
 
 /// The grid point of a tier of `width` at `sequence`: the largest multiple of `width` not
@@ -138,7 +154,7 @@ struct CheckpointWire {
 impl Checkpoint {
     pub fn encode(&self) -> Bytes {
         Bytes::from(cbor::encode(&CheckpointWire {
-            schema: SCHEMA,
+            schema: BLOCK_SCHEMA,
             world: self.world,
             sequence: self.sequence,
             root: self.root,
@@ -151,7 +167,7 @@ impl Checkpoint {
     pub fn decode(key: &str, sequence: u64, bytes: &[u8]) -> Result<Checkpoint> {
         let bad = |why: String| Error::integrity(Op::Decode, key, why);
         let wire: CheckpointWire = cbor::decode_strict(bytes).map_err(bad)?;
-        if wire.schema != SCHEMA {
+        if wire.schema != BLOCK_SCHEMA {
             return Err(bad(format!(
                 "unsupported checkpoint schema {}",
                 wire.schema
@@ -216,6 +232,10 @@ pub struct Root {
     /// The grid widths of the tiers below the top, fixed for a world at genesis.
     pub widths: [u64; TIERS - 1],
     pub tiers: Vec<Tier>,
+    /// Schema 2: the cut of the newest history-epoch grid point at or before the
+    /// checkpoint (the end of the slot holding it; 1 at or before genesis): every epoch
+    /// ending there or before is sealed into packs. `None`: a schema-1 root.
+    pub sealed: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -228,29 +248,80 @@ struct RootWire {
     tiers: Vec<Tier>,
 }
 
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RootWireV2 {
+    schema: u32,
+    world: WorldId,
+    documents: u64,
+    widths: Vec<u64>,
+    tiers: Vec<Tier>,
+    sealed: u64,
+}
+
 /// Whether `widths` is a usable tier layout: powers of two, each dividing the one below.
 pub fn widths_are_valid(widths: &[u64; TIERS - 1]) -> bool {
     widths.iter().all(|w| w.is_power_of_two() && *w >= 2) && widths.windows(2).all(|p| p[0] >= p[1])
 }
 
+impl RootWire {
+    fn with_sealed(self, sealed: Option<u64>) -> (RootWire, Option<u64>) {
+        (self, sealed)
+    }
+}
+
 impl Root {
     pub fn encode(&self) -> Bytes {
-        Bytes::from(cbor::encode(&RootWire {
-            schema: SCHEMA,
-            world: self.world,
-            documents: self.documents,
-            widths: self.widths.to_vec(),
-            tiers: self.tiers.clone(),
-        }))
+        match self.sealed {
+            Some(sealed) => Bytes::from(cbor::encode(&RootWireV2 {
+                schema: SCHEMA,
+                world: self.world,
+                documents: self.documents,
+                widths: self.widths.to_vec(),
+                tiers: self.tiers.clone(),
+                sealed,
+            })),
+            None => Bytes::from(cbor::encode(&RootWire {
+                schema: LEGACY_SCHEMA,
+                world: self.world,
+                documents: self.documents,
+                widths: self.widths.to_vec(),
+                tiers: self.tiers.clone(),
+            })),
+        }
+    }
+
+    /// The schema of the root and of the shards it names.
+    pub fn schema(&self) -> u32 {
+        if self.sealed.is_some() {
+            SCHEMA
+        } else {
+            LEGACY_SCHEMA
+        }
     }
 
     /// Decodes a root and checks it against the checkpoint naming it.
     pub fn decode(key: &str, bytes: &[u8], checkpoint: &Checkpoint) -> Result<Root> {
         let bad = |why: String| Error::integrity(Op::Decode, key, why);
-        let wire: RootWire = cbor::decode_strict(bytes).map_err(bad)?;
-        if wire.schema != SCHEMA {
-            return Err(bad(format!("unsupported root schema {}", wire.schema)));
-        }
+        let wire = match cbor::decode_strict::<RootWireV2>(bytes) {
+            Ok(v2) if v2.schema == SCHEMA => RootWire {
+                schema: v2.schema,
+                world: v2.world,
+                documents: v2.documents,
+                widths: v2.widths,
+                tiers: v2.tiers,
+            }
+            .with_sealed(Some(v2.sealed)),
+            Ok(v2) => return Err(bad(format!("unsupported root schema {}", v2.schema))),
+            Err(_) => {
+                let v1: RootWire = cbor::decode_strict(bytes).map_err(bad)?;
+                if v1.schema != LEGACY_SCHEMA {
+                    return Err(bad(format!("unsupported root schema {}", v1.schema)));
+                }
+                v1.with_sealed(None)
+            }
+        };
+        let (wire, sealed) = wire;
         let widths: [u64; TIERS - 1] = wire
             .widths
             .as_slice()
@@ -261,6 +332,7 @@ impl Root {
             documents: wire.documents,
             widths,
             tiers: wire.tiers,
+            sealed,
         };
         root.check(checkpoint).map_err(bad)?;
         Ok(root)
@@ -306,6 +378,12 @@ impl Root {
             if j == TIERS - 1 && tier.cut != s {
                 return Err("the top tier is not cut at the checkpoint".into());
             }
+            if self.sealed.is_some() && tier.bits != shard_bits(tier.documents) {
+                return Err(format!(
+                    "tier {j}: {} shard bits for {} documents",
+                    tier.bits, tier.documents
+                ));
+            }
             if tier.bits > MAX_SHARD_BITS || tier.shards.len() != 1usize << tier.bits {
                 return Err(format!(
                     "tier {j}: {} shard references for {} bits",
@@ -320,14 +398,25 @@ impl Root {
                 return Err(format!("tier {j} is empty but names shards"));
             }
             if let Some(p) = previous
-                && (tier.cut < p.cut || tier.bits < p.bits)
+                && (tier.cut < p.cut || (self.sealed.is_none() && tier.bits < p.bits))
             {
                 return Err(format!("tier {j} is cut before the tier below it"));
             }
             previous = Some(tier);
         }
-        if self.tiers[TIERS - 1].bits != shard_bits(self.documents) {
-            return Err("top tier bits do not match the document count".into());
+        match self.sealed {
+            None if self.tiers[TIERS - 1].bits != shard_bits(self.documents) => {
+                return Err("top tier bits do not match the document count".into());
+            }
+            None => {}
+            Some(sealed) => {
+                let low =
+                    grid(epoch_width(&self.widths), s).max(quire_log::marker::GENESIS_SEQUENCE);
+                let slot_span = quire_log::slot::MAX_SLOT_ENTRIES as u64;
+                if sealed < low || sealed > s || sealed - low >= slot_span {
+                    return Err(format!("sealed cut {sealed} does not fit sequence {s}"));
+                }
+            }
         }
         Ok(())
     }
@@ -350,60 +439,140 @@ struct EntryWire(
 );
 
 #[derive(Serialize)]
-struct ShardWire {
+struct EntryWireV2(
+    String,
+    u64,
+    u64,
+    bool,
+    Hash,
+    Timestamp,
+    String,
+    Metadata,
+    Hash,
+    u64,
+    WireLocation,
+    Vec<(u64, u64, Hash)>,
+    u64,
+);
+
+#[derive(Serialize)]
+struct ShardWire<E> {
     schema: u32,
     bits: u8,
     shard: u32,
-    entries: Vec<EntryWire>,
+    entries: Vec<E>,
 }
 
-/// Encodes shard `index` under `bits`: each document with the history references that hold
-/// its versions. `docs` must be path-sorted and belong to the shard.
+/// One document of a shard: its state, the history references naming its versions and
+/// the sequence of its last change (0 in the base tier).
+pub type ShardDoc<'a> = (&'a DocState, &'a [HistoryBlockRef], u64);
+
+/// The owned fields of an entry: path, title, metadata, location and history references.
+type EntryFields = (
+    String,
+    String,
+    Metadata,
+    WireLocation,
+    Vec<(u64, u64, Hash)>,
+);
+
+fn entry_fields(doc: &DocState, history: &[HistoryBlockRef]) -> EntryFields {
+    (
+        doc.path.as_str().to_owned(),
+        doc.catalog.title().to_owned(),
+        doc.catalog.metadata_map(),
+        wire_location(doc.head.location),
+        history.iter().map(|b| (b.first, b.last, b.hash)).collect(),
+    )
+}
+
+/// Encodes shard `index` under `bits` in [`SCHEMA`]: each document with the history
+/// references that hold its versions and its last change. `docs` must be path-sorted and
+/// belong to the shard.
+pub fn encode_shard_entries(bits: u8, index: u32, docs: &[ShardDoc<'_>]) -> Bytes {
+    let entries = docs
+        .iter()
+        .map(|(doc, history, changed)| {
+            let (path, title, metadata, location, refs) = entry_fields(doc, history);
+            EntryWireV2(
+                path,
+                doc.current,
+                doc.first,
+                doc.archived,
+                doc.body_hash,
+                doc.modified,
+                title,
+                metadata,
+                doc.head.hash,
+                doc.head.size,
+                location,
+                refs,
+                *changed,
+            )
+        })
+        .collect();
+    Bytes::from(cbor::encode(&ShardWire {
+        schema: SCHEMA,
+        bits,
+        shard: index,
+        entries,
+    }))
+}
+
+/// Encodes shard `index` under `bits` in [`LEGACY_SCHEMA`], as worlds written before packs
+/// hold it (nothing writes it now but tests building such worlds).
 pub fn encode_shard(
     bits: u8,
     index: u32,
     docs: &[(&DocState, &[HistoryBlockRef])],
 ) -> Result<Bytes> {
-    let mut entries = Vec::with_capacity(docs.len());
-    for (doc, history) in docs {
-        entries.push(EntryWire(
-            doc.path.as_str().to_owned(),
-            doc.current,
-            doc.first,
-            doc.archived,
-            doc.body_hash,
-            doc.modified,
-            doc.catalog.title().to_owned(),
-            doc.catalog.metadata_map(),
-            doc.head.hash,
-            doc.head.size,
-            wire_location(doc.head.location),
-            history.iter().map(|b| (b.first, b.last, b.hash)).collect(),
-        ));
-    }
+    let entries = docs
+        .iter()
+        .map(|(doc, history)| {
+            let (path, title, metadata, location, refs) = entry_fields(doc, history);
+            EntryWire(
+                path,
+                doc.current,
+                doc.first,
+                doc.archived,
+                doc.body_hash,
+                doc.modified,
+                title,
+                metadata,
+                doc.head.hash,
+                doc.head.size,
+                location,
+                refs,
+            )
+        })
+        .collect();
     Ok(Bytes::from(cbor::encode(&ShardWire {
-        schema: SCHEMA,
+        schema: LEGACY_SCHEMA,
         bits,
         shard: index,
         entries,
     })))
 }
 
-/// Decodes the shard at `key`, which the root names as shard `index` under `bits`, into
-/// documents (with no recent versions). `sequence` is the checkpoint's: no version may live
-/// in a later slot.
+/// Decodes the shard at `key`, which a root of `schema` names as shard `index` under
+/// `bits`, into documents (with no recent versions) and the sequence of each one's last
+/// change (0 in a schema-1 shard). `sequence` is the checkpoint's: no version may live in a
+/// later slot, and no change happen after it.
 pub fn decode_shard(
     key: &str,
     bytes: &[u8],
+    schema: u32,
     bits: u8,
     index: u32,
     sequence: u64,
-) -> Result<Vec<DocState>> {
+) -> Result<Vec<(DocState, u64)>> {
     let bad = |why: String| Error::integrity(Op::Decode, key, why);
     let mut r = Reader::new(bytes);
-    let (schema, wire_bits, wire_shard, n) = shard_header(&mut r).map_err(bad)?;
-    if schema != u64::from(SCHEMA) {
-        return Err(bad(format!("unsupported shard schema {schema}")));
+    let (wire_schema, wire_bits, wire_shard, n) = shard_header(&mut r).map_err(bad)?;
+    if wire_schema != u64::from(schema) {
+        return Err(bad(format!(
+            "shard schema {wire_schema} under a root of schema {schema}"
+        )));
     }
     if wire_bits != u64::from(bits) || wire_shard != u64::from(index) {
         return Err(bad(format!(
@@ -412,10 +581,11 @@ pub fn decode_shard(
             label(bits, index)
         )));
     }
-    let mut docs: Vec<DocState> = Vec::with_capacity(n);
+    let mut docs: Vec<(DocState, u64)> = Vec::with_capacity(n);
     let mut pairs = Vec::new();
     for i in 0..n {
-        let doc = decode_entry(&mut r, bits, index, sequence, docs.last(), &mut pairs)
+        let previous = docs.last().map(|(d, _)| d);
+        let doc = decode_entry(&mut r, schema, bits, index, sequence, previous, &mut pairs)
             .map_err(|why| bad(format!("entry {i} {why}")))?;
         docs.push(doc);
     }
@@ -448,14 +618,16 @@ fn shard_header(r: &mut Reader<'_>) -> ReadResult<(u64, u64, u64, usize)> {
 /// One shard entry, checked against the shard and the entry before it.
 fn decode_entry<'a>(
     r: &mut Reader<'a>,
+    schema: u32,
     bits: u8,
     index: u32,
     sequence: u64,
     previous: Option<&DocState>,
     pairs: &mut Vec<(&'a str, &'a str)>,
-) -> ReadResult<DocState> {
-    if r.array()? != 12 {
-        return Err("is not an array of twelve fields".into());
+) -> ReadResult<(DocState, u64)> {
+    let fields = if schema == LEGACY_SCHEMA { 12 } else { 13 };
+    if r.array()? != fields {
+        return Err(format!("is not an array of {fields} fields"));
     }
     let path = r.text()?;
     let at = |why: &str| format!("({path:?}): {why}");
@@ -504,6 +676,14 @@ fn decode_entry<'a>(
         }
         Arc::from(history)
     };
+    let changed = if schema == LEGACY_SCHEMA {
+        0
+    } else {
+        r.uint()?
+    };
+    if changed > sequence {
+        return Err(at("changed after the checkpoint"));
+    }
     if current == 0 || first == 0 || first > current {
         return Err(at("version range out of order"));
     }
@@ -528,25 +708,28 @@ fn decode_entry<'a>(
     {
         return Err(at("history blocks do not tile the retained versions"));
     }
-    Ok(DocState {
-        path: doc_path,
-        current,
-        first,
-        archived,
-        body_hash,
-        modified,
-        catalog: DocCatalog::new(title, pairs.iter().copied()),
-        head: VersionRecord {
-            version: current,
-            hash: etag,
+    Ok((
+        DocState {
+            path: doc_path,
+            current,
+            first,
+            archived,
             body_hash,
             modified,
-            size,
-            location: location_of(location),
+            catalog: DocCatalog::new(title, pairs.iter().copied()),
+            head: VersionRecord {
+                version: current,
+                hash: etag,
+                body_hash,
+                modified,
+                size,
+                location: location_of(location),
+            },
+            history,
+            recent: Default::default(),
         },
-        history,
-        recent: Default::default(),
-    })
+        changed,
+    ))
 }
 
 #[derive(Serialize, Deserialize)]
@@ -568,7 +751,7 @@ pub fn encode_block(path: Hash, records: &[VersionRecord]) -> Bytes {
     let first = records.first().map_or(0, |r| r.version);
     let last = records.last().map_or(0, |r| r.version);
     Bytes::from(cbor::encode(&HistoryWire {
-        schema: SCHEMA,
+        schema: BLOCK_SCHEMA,
         path,
         first,
         last,
@@ -598,7 +781,7 @@ pub fn decode_block(
 ) -> Result<Vec<VersionRecord>> {
     let bad = |why: String| Error::integrity(Op::Decode, key, why);
     let wire: HistoryWire = cbor::decode_strict(bytes).map_err(bad)?;
-    if wire.schema != SCHEMA {
+    if wire.schema != BLOCK_SCHEMA {
         return Err(bad(format!("unsupported history schema {}", wire.schema)));
     }
     if wire.path != path {
@@ -628,6 +811,89 @@ pub fn decode_block(
             },
         )
         .collect())
+}
+
+/// Bytes of a pack's content address: the first 12 bytes (96 bits) of its blake3.
+pub const PACK_ID: usize = 12;
+/// The four bytes a packed block's name starts with.
+const PACKED_MAGIC: [u8; 4] = *b"qpk\x02";
+
+/// Where a sealed epoch's pack holds a history block, as the 32 bytes a history reference
+/// names the block by: `"qpk" 0x02`, the pack's id, the block's offset and length in the
+/// pack (big-endian), and the first 8 bytes of the block's blake3. A reference whose bytes
+/// do not start so names a block stored alone under its blake3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedBlock {
+    pub pack: [u8; PACK_ID],
+    pub offset: u32,
+    pub len: u32,
+    pub check: [u8; 8],
+}
+
+impl PackedBlock {
+    /// The 32 bytes a history reference carries.
+    pub fn name(&self) -> Hash {
+        let mut out = [0u8; 32];
+        out[..4].copy_from_slice(&PACKED_MAGIC);
+        out[4..16].copy_from_slice(&self.pack);
+        out[16..20].copy_from_slice(&self.offset.to_be_bytes());
+        out[20..24].copy_from_slice(&self.len.to_be_bytes());
+        out[24..].copy_from_slice(&self.check);
+        Hash(out)
+    }
+
+    /// The packed block a reference names, if it names one.
+    pub fn from_name(name: &Hash) -> Option<PackedBlock> {
+        let b = &name.0;
+        if b[..4] != PACKED_MAGIC {
+            return None;
+        }
+        let len = u32::from_be_bytes([b[20], b[21], b[22], b[23]]);
+        if len == 0 {
+            return None;
+        }
+        Some(PackedBlock {
+            pack: b[4..16].try_into().expect("12 bytes"),
+            offset: u32::from_be_bytes([b[16], b[17], b[18], b[19]]),
+            len,
+            check: b[24..].try_into().expect("8 bytes"),
+        })
+    }
+
+    /// Whether `bytes`, read at this block's range, are the block it names.
+    pub fn holds(&self, bytes: &[u8]) -> bool {
+        bytes.len() as u64 == u64::from(self.len) && Hash::of(bytes).0[..8] == self.check
+    }
+}
+
+/// Packs history blocks, in the order given, into one object: the pack's bytes (the
+/// blocks back to back), its id and each block's name. `None` when the pack would pass
+/// 4 GiB (an offset no longer fits).
+pub fn pack_blocks(blocks: &[Bytes]) -> Option<(Bytes, [u8; PACK_ID], Vec<Hash>)> {
+    let total: usize = blocks.iter().map(Bytes::len).sum();
+    if u32::try_from(total).is_err() {
+        return None;
+    }
+    let mut pack = Vec::with_capacity(total);
+    let mut spans = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        spans.push((pack.len() as u32, block.len() as u32, Hash::of(block)));
+        pack.extend_from_slice(block);
+    }
+    let id: [u8; PACK_ID] = Hash::of(&pack).0[..PACK_ID].try_into().expect("12 bytes");
+    let names = spans
+        .into_iter()
+        .map(|(offset, len, hash)| {
+            PackedBlock {
+                pack: id,
+                offset,
+                len,
+                check: hash.0[..8].try_into().expect("8 bytes"),
+            }
+            .name()
+        })
+        .collect();
+    Some((Bytes::from(pack), id, names))
 }
 
 #[cfg(test)]
@@ -719,16 +985,32 @@ mod tests {
         );
         let b = sample("/b/c.md", 600, Location::Blob);
         let docs = [(&a, &a.history[..]), (&b, &b.history[..])];
-        let bytes = encode_shard(0, 0, &docs).unwrap();
-        assert_eq!(decode_shard("k", &bytes, 0, 0, 9).unwrap(), [a.clone(), b]);
+        let changes = [(&a, &a.history[..], 5), (&b, &b.history[..], 9)];
+        let bytes = encode_shard_entries(0, 0, &changes);
+        assert_eq!(
+            decode_shard("k", &bytes, SCHEMA, 0, 0, 9).unwrap(),
+            [(a.clone(), 5), (b.clone(), 9)]
+        );
+        // A shard of the other schema than its root's.
+        assert!(
+            decode_shard("k", &bytes, LEGACY_SCHEMA, 0, 0, 9)
+                .unwrap_err()
+                .is_integrity()
+        );
+        let legacy = encode_shard(0, 0, &docs).unwrap();
+        assert_eq!(
+            decode_shard("k", &legacy, LEGACY_SCHEMA, 0, 0, 9).unwrap(),
+            [(a.clone(), 0), (b.clone(), 0)]
+        );
+        let bytes = legacy;
         // The same shard under another label, or past the checkpoint's slots.
         assert!(
-            decode_shard("k", &bytes, 1, 0, 9)
+            decode_shard("k", &bytes, LEGACY_SCHEMA, 1, 0, 9)
                 .unwrap_err()
                 .is_integrity()
         );
         assert!(
-            decode_shard("k", &bytes, 0, 0, 6)
+            decode_shard("k", &bytes, LEGACY_SCHEMA, 0, 0, 6)
                 .unwrap_err()
                 .is_integrity()
         );
@@ -739,18 +1021,33 @@ mod tests {
         long.extend_from_slice(&[0x18, 0x01]);
         long.extend_from_slice(&bytes[schema_at + 1..]);
         assert!(
-            decode_shard("k", &long, 0, 0, 9)
+            decode_shard("k", &long, LEGACY_SCHEMA, 0, 0, 9)
                 .unwrap_err()
                 .is_integrity()
         );
         let mut trailing = bytes.to_vec();
         trailing.push(0xf6);
         assert!(
-            decode_shard("k", &trailing, 0, 0, 9)
+            decode_shard("k", &trailing, LEGACY_SCHEMA, 0, 0, 9)
                 .unwrap_err()
                 .is_integrity()
         );
-        assert!(decode_shard("k", &bytes[..bytes.len() - 1], 0, 0, 9).is_err());
+        assert!(decode_shard("k", &bytes[..bytes.len() - 1], LEGACY_SCHEMA, 0, 0, 9).is_err());
+    }
+
+    #[test]
+    fn packed_names_round_trip_and_check_their_bytes() {
+        let blocks = [Bytes::from_static(b"one block"), Bytes::from_static(b"two")];
+        let (pack, id, names) = pack_blocks(&blocks).unwrap();
+        assert_eq!(&pack[..], b"one blocktwo");
+        assert_eq!(id[..], Hash::of(&pack).0[..PACK_ID]);
+        let second = PackedBlock::from_name(&names[1]).unwrap();
+        assert_eq!((second.offset, second.len), (9, 3));
+        assert!(second.holds(b"two"));
+        assert!(!second.holds(b"twp"));
+        assert_eq!(second.name(), names[1]);
+        // A block stored alone is named by its hash, which does not read as packed.
+        assert_eq!(PackedBlock::from_name(&Hash::of(b"two")), None);
     }
 
     #[test]

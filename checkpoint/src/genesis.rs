@@ -24,11 +24,14 @@ pub fn genesis_objects(world: WorldId, widths: [u64; TIERS - 1]) -> (Root, Check
         .map(|_| Tier::empty(0, GENESIS_SEQUENCE, 0))
         .collect();
     tiers.push(Tier::empty(GENESIS_SEQUENCE, GENESIS_SEQUENCE, 0));
+    // The empty root keeps the schema-1 layout: checkpoint zero is the same object
+    // whichever version created the world.
     let root = Root {
         world,
         documents: 0,
         widths,
         tiers,
+        sealed: None,
     };
     let checkpoint = Checkpoint {
         world,

@@ -6,7 +6,9 @@
 //! reuses every block whose range is unchanged and builds the others from the document's
 //! recent versions and, where a block gains versions or loses pruned ones, the old block's
 //! records. Version bytes are never copied: an inline version's record names its slot and
-//! the byte range inside it.
+//! the byte range inside it. A reference names a block stored alone by its hash, or a block
+//! inside a history pack by where it lies there ([`crate::format::PackedBlock`]); which one
+//! is the checkpoint writer's to decide (see `write`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,9 +20,9 @@ use quire_log::{DocState, Hash, VersionRecord};
 use tokio::sync::Mutex;
 
 use crate::error::{Error, Op, Result};
-use crate::format::{block_ranges, decode_block, encode_block, path_hash};
-use crate::keys::history_key;
-use crate::objects::read_verified;
+use crate::format::{PackedBlock, block_ranges, decode_block, encode_block, path_hash};
+use crate::keys::{history_key, pack_key};
+use crate::objects::{read_verified, retrying};
 
 /// Blocks read during one job, so two documents' folds never read one block twice.
 #[derive(Debug, Default)]
@@ -44,6 +46,41 @@ fn tiles(history: &[HistoryBlockRef], first: u64, current: u64) -> bool {
         && expected.next().is_none()
 }
 
+/// The bytes of the block `r` names: a range read of its pack for a packed block (checked
+/// against the name's share of its blake3), else the whole object stored under its hash.
+pub(crate) async fn read_block_bytes(
+    store: &dyn BlobStore,
+    prefix: &str,
+    r: &HistoryBlockRef,
+) -> Result<(String, Bytes)> {
+    if let Some(packed) = PackedBlock::from_name(&r.hash) {
+        let key = pack_key(prefix, &packed.pack);
+        let start = u64::from(packed.offset);
+        let range = start..start + u64::from(packed.len);
+        match retrying(
+            || store.get_range(&key, range.clone()),
+            |e: &quire_blob::Error| Some(e.kind()),
+        )
+        .await
+        {
+            Ok(bytes) if packed.holds(&bytes) => return Ok((key, bytes)),
+            Ok(_) => {
+                return Err(Error::integrity(
+                    Op::Read,
+                    key,
+                    "a packed history block does not match its name",
+                ));
+            }
+            // A block stored alone whose hash happens to start like a packed name.
+            Err(e) if e.is_not_found() || e.is_precondition() => {}
+            Err(e) => return Err(Error::storage(Op::Read, e)),
+        }
+    }
+    let key = history_key(prefix, &r.hash);
+    let bytes = read_verified(store, &key, &r.hash, Op::Read).await?;
+    Ok((key, bytes))
+}
+
 /// Reads the block `r` of the document whose path hashes to `path`.
 pub(crate) async fn read_block(
     store: &dyn BlobStore,
@@ -51,8 +88,7 @@ pub(crate) async fn read_block(
     path: Hash,
     r: &HistoryBlockRef,
 ) -> Result<Vec<VersionRecord>> {
-    let key = history_key(prefix, &r.hash);
-    let bytes = read_verified(store, &key, &r.hash, Op::Read).await?;
+    let (key, bytes) = read_block_bytes(store, prefix, r).await?;
     decode_block(&key, &bytes, path, r.first, r.last)
 }
 

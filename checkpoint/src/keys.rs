@@ -1,6 +1,7 @@
 //! Object keys of the checkpoint layer under a world's prefix:
 //! `checkpoints/<16 hex sequence>`, and the content-addressed `roots/<hash>`,
-//! `shards/<hash>` and `history/<hash>` (64 lowercase hex digits of the blake3 of the bytes).
+//! `shards/<hash>` and `history/<hash>` (64 lowercase hex digits of the blake3 of the bytes),
+//! and history packs `history/<id>` (24 hex digits: the first 12 bytes of the blake3).
 
 use quire_log::Hash;
 
@@ -35,6 +36,16 @@ pub fn shard_key(prefix: &str, hash: &Hash) -> String {
 
 pub fn history_key(prefix: &str, hash: &Hash) -> String {
     format!("{prefix}{HISTORY_DIR}{hash}")
+}
+
+/// `<prefix>history/<24 lowercase hex digits>`: a pack of history blocks, named by the first
+/// 12 bytes of its blake3.
+pub fn pack_key(prefix: &str, id: &[u8]) -> String {
+    let mut key = format!("{prefix}{HISTORY_DIR}");
+    for byte in id {
+        key.push_str(&format!("{byte:02x}"));
+    }
+    key
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! `quire-checkpoint`: deterministic checkpoints (root, tiered shards, history blocks), cold
-//! start, the compactor, adoption of peers' checkpoints and dropping old checkpoints.
+//! `quire-checkpoint`: deterministic checkpoints (root, tiered shards, history blocks and the
+//! packs of ended history epochs), cold start, the compactor, adoption of peers' checkpoints
+//! and dropping old checkpoints.
 //!
 //! # What this crate owns
 //!
@@ -12,9 +13,9 @@
 //! | --- | --- |
 //! | [`format`] | the objects, their canonical CBOR and the checks on each one |
 //! | [`keys`] | object keys under the world prefix |
-//! | [`history`] | folding versions into absolute 256-version blocks, reading versions |
-//! | [`replica`] | cold start, applying slots, adopting a peer's checkpoint |
-//! | [`write`] | writing a checkpoint from a prepared state |
+//! | [`history`] | folding versions into absolute 256-version blocks, reading versions (blocks stored alone or by range from a pack) |
+//! | [`replica`] | cold start, applying slots, adopting a peer's checkpoint, keeping each ended history epoch's documents |
+//! | [`write`] | writing a checkpoint from a prepared state: packing ended epochs, placing every block |
 //! | [`compactor`] | when to write, deferring to a peer, adopting first |
 //! | [`drop`] | dropping old checkpoints under the generation fence |
 //! | [`export`] | every document and version of a world |

@@ -21,7 +21,7 @@ use quire_log::{
 };
 
 use crate::error::{Error, ErrorKind, Op, Result};
-use crate::format::{Checkpoint, Root, TIERS, decode_shard, grid};
+use crate::format::{Checkpoint, Root, TIERS, decode_shard, epoch_width, grid};
 use crate::keys::{checkpoint_key, checkpoint_prefix, parse_checkpoint_key, root_key, shard_key};
 use crate::objects::{get_retrying, read_verified, retrying};
 
@@ -63,6 +63,26 @@ pub(crate) struct Tracker {
     pub cuts: [Option<Cut>; TIERS - 1],
     /// Slots applied after the base: their last sequence and hash.
     pub slots: VecDeque<(u64, Hash)>,
+    /// The cut of the newest history-epoch grid point the state has reached: changes after
+    /// it are in the open epoch.
+    pub open_cut: u64,
+    /// The base's sealed cut: documents whose last change is at or before it have their
+    /// history where the base names it.
+    pub base_sealed: u64,
+    /// Documents changed after `open_cut`, each with the sequence of the change (a path
+    /// repeats when it changed again).
+    pub epoch_changes: Vec<(DocPath, u64)>,
+    /// Epochs ended after the base's sealed cut, oldest first: their packs are the next
+    /// checkpoint's to write.
+    pub sealed: Vec<Sealed>,
+}
+
+/// A history epoch that ended: the documents whose last change falls in it, as they stood
+/// at its cut, in path order.
+#[derive(Clone, Debug)]
+pub(crate) struct Sealed {
+    pub cut: u64,
+    pub docs: Vec<(Arc<DocState>, u64)>,
 }
 
 /// Change marks collected while a replica replays, inserted into its tracker when the
@@ -189,7 +209,7 @@ pub(crate) async fn read_checkpoint(
 
 /// Reads the shards `refs` names (tier, index, hash) with `workers` at once, decoding on the
 /// runtime's worker threads.
-async fn read_shards(
+pub(crate) async fn read_shards(
     store: &Arc<dyn BlobStore>,
     prefix: &str,
     root: &Root,
@@ -197,15 +217,16 @@ async fn read_shards(
     refs: Vec<(usize, u32, Hash)>,
     workers: usize,
     op: Op,
-) -> Result<Vec<(usize, Vec<DocState>)>> {
+) -> Result<Vec<(usize, Vec<(DocState, u64)>)>> {
     futures::stream::iter(refs)
         .map(|(tier, index, hash)| {
             let store = store.clone();
             let key = shard_key(prefix, &hash);
             let bits = root.tiers[tier].bits;
+            let schema = root.schema();
             tokio::spawn(async move {
                 let bytes = read_verified(&*store, &key, &hash, op).await?;
-                let docs = decode_shard(&key, &bytes, bits, index, sequence)?;
+                let docs = decode_shard(&key, &bytes, schema, bits, index, sequence)?;
                 Ok::<_, Error>((tier, docs))
             })
         })
@@ -316,6 +337,32 @@ impl Replica {
         let op = Op::Load;
         let base = read_checkpoint(&*store, prefix, sequence, world, op).await?;
         let (docs, marks) = load_groups(&store, prefix, &base, options.workers).await?;
+        // Schema 2 marks are each document's last change: those after the sealed cut are
+        // the open epoch's. A schema-1 base seals nothing before itself.
+        let (open_cut, epoch_changes) = match base.root.sealed {
+            Some(sealed) => (
+                sealed,
+                marks
+                    .iter()
+                    .filter(|(_, changed)| *changed > sealed)
+                    .cloned()
+                    .collect(),
+            ),
+            None => {
+                // A schema-1 base: its documents' blocks stand alone. The epoch holding it
+                // is open from its grid point's cut, found in the log; every document marked
+                // after that cut is the open epoch's (marks are tier cuts there).
+                let cut = epoch_cut(&store, prefix, &base, op).await?;
+                (
+                    cut,
+                    marks
+                        .iter()
+                        .filter(|(_, changed)| *changed > cut)
+                        .cloned()
+                        .collect(),
+                )
+            }
+        };
         // The tracker's map builds beside the world state, on a scoped thread rather than
         // the blocking pool: the open takes as long either way, and no other task runs
         // while it does, so a simulation's schedule does not depend on which finishes first.
@@ -334,6 +381,9 @@ impl Replica {
             changes: marks.map_err(|_| {
                 Error::new(op, "", ErrorKind::Storage, "the tracker's loader panicked")
             })?,
+            open_cut,
+            base_sealed: open_cut,
+            epoch_changes,
             ..Tracker::default()
         };
         let mut replica = Replica {
@@ -493,6 +543,9 @@ impl Replica {
         pending: Option<&mut Vec<(DocPath, u64)>>,
     ) {
         let last = slot.slot.last();
+        self.tracker
+            .epoch_changes
+            .extend(slot.slot.entries.iter().map(|e| (e.path.clone(), last)));
         let marks = slot.slot.entries.iter().map(|e| (e.path.clone(), last));
         let mut pending = match pending {
             Some(pending) => {
@@ -507,6 +560,10 @@ impl Replica {
             }
         };
         let widths = self.base.root.widths;
+        let epoch = epoch_width(&widths);
+        if grid(epoch, last) > grid(epoch, before) {
+            self.seal_epoch(last);
+        }
         for (j, width) in widths.into_iter().enumerate() {
             let crossed = grid(width, last);
             if crossed > grid(width, before) {
@@ -524,6 +581,27 @@ impl Replica {
         if self.pending_since.is_none() {
             self.pending_since = Some(self.clock.now());
         }
+    }
+
+    /// Ends the open history epoch at `cut` (the state's sequence, the end of the slot
+    /// holding the epoch's grid point): keeps each document changed in it as it stands now.
+    fn seal_epoch(&mut self, cut: u64) {
+        let mut changes = std::mem::take(&mut self.tracker.epoch_changes);
+        changes.sort_unstable();
+        changes.dedup_by(|later, earlier| {
+            if later.0 == earlier.0 {
+                earlier.1 = earlier.1.max(later.1);
+                true
+            } else {
+                false
+            }
+        });
+        let docs = changes
+            .into_iter()
+            .filter_map(|(path, changed)| self.state.doc(&path).map(|d| (d.clone(), changed)))
+            .collect();
+        self.tracker.sealed.push(Sealed { cut, docs });
+        self.tracker.open_cut = cut;
     }
 
     /// Brings the state to the log's tip: probes the next slot name and replays every later
@@ -652,7 +730,10 @@ impl Replica {
             ));
         };
         let covered = doc.history.last().map_or(0, |r| r.last);
-        if through <= covered || through > doc.current {
+        // The same versions under other references: a sealed epoch moved their block into
+        // its pack.
+        let moved = through == covered && doc.history != history;
+        if (through <= covered && !moved) || through > doc.current {
             return Ok(());
         }
         self.state
@@ -679,6 +760,12 @@ impl Replica {
                 .filter(|(_, changed)| **changed > base_cut)
                 .map(|(path, changed)| (path.clone(), *changed))
                 .collect();
+        }
+        // Epochs the base sealed are written; a schema-1 base holds every change before it
+        // in blocks of its own, so the open epoch restarts after it.
+        if let Some(sealed) = base.root.sealed {
+            self.tracker.sealed.retain(|epoch| epoch.cut > sealed);
+            self.tracker.base_sealed = sealed;
         }
         while self
             .tracker
@@ -711,6 +798,13 @@ impl Replica {
         }
         let base =
             read_checkpoint(&*self.store, &self.prefix, sequence, self.state.world(), op).await?;
+        if base.root.sealed.is_none() && self.base.root.sealed.is_some() {
+            return Err(Error::integrity(
+                op,
+                key,
+                "a schema-1 checkpoint after this format's: written by an older version",
+            ));
+        }
         if base.root.widths != self.base.root.widths {
             return Err(Error::integrity(
                 op,
@@ -742,7 +836,7 @@ impl Replica {
         .await?;
         let mut newest: HashMap<DocPath, DocState> = HashMap::new();
         for (_, docs) in loaded {
-            for doc in docs {
+            for (doc, _) in docs {
                 match newest.get(&doc.path) {
                     Some(have) if have.current >= doc.current => {}
                     _ => {
@@ -799,6 +893,29 @@ impl Replica {
     }
 }
 
+/// The cut of the history-epoch grid point at or before a schema-1 base: the end of the
+/// slot holding it, read from the log (1 at or before genesis).
+async fn epoch_cut(store: &Arc<dyn BlobStore>, prefix: &str, base: &Base, op: Op) -> Result<u64> {
+    let point = grid(epoch_width(&base.root.widths), base.sequence());
+    if point <= GENESIS_SEQUENCE {
+        return Ok(GENESIS_SEQUENCE);
+    }
+    let slot = retrying(
+        || tip::find_slot_holding(&**store, prefix, point),
+        quire_log::Error::blob_kind,
+    )
+    .await
+    .map_err(|e| Error::from_log(op, e))?;
+    match slot {
+        Some(slot) if slot.slot.last() <= base.sequence() => Ok(slot.slot.last()),
+        _ => Err(Error::integrity(
+            op,
+            checkpoint_key(prefix, base.sequence()),
+            format!("no slot holds sequence {point} before the checkpoint"),
+        )),
+    }
+}
+
 /// The documents of a loaded root, and the cut marking each one held above the base tier.
 type Merged = (Vec<Arc<DocState>>, Vec<(DocPath, u64)>);
 
@@ -843,10 +960,10 @@ async fn load_groups(
                         };
                         let store = store.clone();
                         let skey = shard_key(&prefix, hash);
-                        let (hash, bits) = (*hash, tier.bits);
+                        let (hash, bits, schema) = (*hash, tier.bits, root.schema());
                         reads.push(async move {
                             let bytes = read_verified(&*store, &skey, &hash, op).await?;
-                            let docs = decode_shard(&skey, &bytes, bits, index, sequence)?;
+                            let docs = decode_shard(&skey, &bytes, schema, bits, index, sequence)?;
                             Ok::<_, Error>((j, docs))
                         });
                     }
@@ -899,12 +1016,42 @@ async fn load_groups(
 
 /// Merges the shards of one group: a path held by several tiers keeps its highest tier's
 /// state, which must not be older.
-fn merge_group(root: &Root, shards: Vec<(usize, Vec<DocState>)>, key: &str) -> Result<GroupLoad> {
+fn merge_group(
+    root: &Root,
+    shards: Vec<(usize, Vec<(DocState, u64)>)>,
+    key: &str,
+) -> Result<GroupLoad> {
     let mut counts = [0u64; TIERS];
     let mut entries: Vec<(usize, DocState)> = Vec::new();
+    let mut changes: Vec<u64> = Vec::new();
     for (tier, docs) in shards {
         counts[tier] += docs.len() as u64;
-        entries.extend(docs.into_iter().map(|d| (tier, d)));
+        // Schema 2: a document's change lies in its tier (none named in the base tier).
+        if root.sealed.is_some() {
+            let low = if tier == 0 {
+                0
+            } else {
+                root.tiers[tier - 1].cut
+            };
+            let fits = |changed: u64| {
+                if tier == 0 {
+                    changed == 0
+                } else {
+                    low < changed && changed <= root.tiers[tier].cut
+                }
+            };
+            if let Some((doc, changed)) = docs.iter().find(|(_, c)| !fits(*c)) {
+                return Err(Error::integrity(
+                    Op::Load,
+                    key,
+                    format!("{}: changed at {changed}, outside tier {tier}", doc.path),
+                ));
+            }
+        }
+        for (doc, changed) in docs {
+            entries.push((tier, doc));
+            changes.push(changed);
+        }
     }
     let mut order: Vec<usize> = (0..entries.len()).collect();
     // Path order, highest tier first within a path.
@@ -935,12 +1082,17 @@ fn merge_group(root: &Root, shards: Vec<(usize, Vec<DocState>)>, key: &str) -> R
     }
     let mut docs = Vec::with_capacity(entries.len());
     let mut marks = Vec::new();
-    for ((tier, doc), keep) in entries.into_iter().zip(keep) {
+    for (((tier, doc), keep), changed) in entries.into_iter().zip(keep).zip(changes) {
         if !keep {
             continue;
         }
         if tier > 0 {
-            marks.push((doc.path.clone(), root.tiers[tier].cut));
+            let mark = if root.sealed.is_some() {
+                changed
+            } else {
+                root.tiers[tier].cut
+            };
+            marks.push((doc.path.clone(), mark));
         }
         docs.push(Arc::new(doc));
     }

@@ -4,11 +4,14 @@
 //! store keeps committing while it writes; the replica then installs the result. The job
 //! keeps every tier whose grid point has not moved since the base, rebuilds the tiers whose
 //! grid point moved from the state kept at that point, and rewrites only the top-tier shards
-//! holding a document changed since the base. Objects are written bottom-up (history blocks,
-//! shards, root, checkpoint), so a reader never finds a name pointing at nothing; a job cut
-//! short leaves orphans a later job reuses through create-if-absent.
+//! holding a document changed since the base. History blocks are placed by the log alone:
+//! the last block of a document whose history epoch ended lives in that epoch's pack (built
+//! here from the documents the replica kept at the epoch's cut), every other block is stored
+//! alone. Objects are written bottom-up (history blocks and packs, shards, root, checkpoint),
+//! so a reader never finds a name pointing at nothing; a job cut short leaves orphans a
+//! later job reuses through create-if-absent.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,20 +20,25 @@ use futures::{StreamExt, TryStreamExt};
 use quire_blob::BlobStore;
 use quire_log::model::HistoryBlockRef;
 use quire_log::{DocPath, DocState, Hash, WorldState};
+use tokio::sync::Mutex;
 
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::format::{
-    Checkpoint, Root, TIERS, Tier, encode_shard, grid, path_hash, shard_bits, shard_of,
+    Checkpoint, PackedBlock, Root, ShardDoc, TIERS, Tier, decode_block, encode_shard_entries, grid,
+    pack_blocks, path_hash, shard_bits, shard_of,
 };
-use crate::history::{BlockCache, fold};
-use crate::keys::{checkpoint_key, history_key, root_key, shard_key};
+use crate::history::{BlockCache, fold, read_block_bytes};
+use crate::keys::{checkpoint_key, history_key, pack_key, root_key, shard_key};
 use crate::objects::{Fence, Put, put, put_addressed, settle};
-use crate::replica::{Base, Replica, Tracker};
+use crate::replica::{Base, Replica, Tracker, read_shards};
 
 /// Counts of what a checkpoint write did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteStats {
+    /// History objects written: blocks stored alone and packs.
     pub blocks: u64,
+    /// Of those, packs (one per history epoch that ended).
+    pub packs: u64,
     pub shards: u64,
     /// Objects created (blocks, shards, root, checkpoint).
     pub created: u64,
@@ -123,29 +131,40 @@ impl Replica {
     }
 }
 
-/// A document with the history its entry names.
-type FoldedDoc = (Arc<DocState>, Arc<[HistoryBlockRef]>);
+/// How many documents a job folds at once: most folds read one small history block (by
+/// range, from a pack), so the job waits on the bucket's latency, not on bandwidth.
+const HISTORY_READERS: usize = 256;
 
-/// One shard to encode: its tier, bits, index and documents in path order.
+/// A document of a shard build (its index) with its last change, its references and the
+/// blocks to store alone first.
+type Resolved = (
+    usize,
+    Arc<DocState>,
+    u64,
+    Arc<[HistoryBlockRef]>,
+    Vec<(Hash, Bytes)>,
+);
+
+/// A document with the history its entry names and its last change.
+type FoldedDoc = (Arc<DocState>, Arc<[HistoryBlockRef]>, u64);
+
+/// One shard to encode: its tier, bits, index and documents (each with its last change) in
+/// path order. `given`: the documents' references are the ones to write (a schema-1 tier
+/// moved as it stands).
 struct ShardBuild {
     tier: usize,
     bits: u8,
     index: u32,
-    docs: Vec<Arc<DocState>>,
+    docs: Vec<(Arc<DocState>, u64)>,
+    given: bool,
 }
 
-fn group(
-    tier: usize,
-    bits: u8,
-    docs: impl Iterator<Item = Arc<DocState>>,
-) -> (u64, Vec<ShardBuild>) {
-    let mut shards: Vec<Vec<Arc<DocState>>> = vec![Vec::new(); 1 << bits];
-    let mut count = 0;
-    for doc in docs {
-        count += 1;
-        shards[shard_of(&path_hash(doc.path.as_str()), bits) as usize].push(doc);
+fn group(tier: usize, bits: u8, docs: Vec<(Arc<DocState>, u64)>) -> Vec<ShardBuild> {
+    let mut shards: Vec<Vec<(Arc<DocState>, u64)>> = vec![Vec::new(); 1 << bits];
+    for (doc, changed) in docs {
+        shards[shard_of(&path_hash(doc.path.as_str()), bits) as usize].push((doc, changed));
     }
-    let builds = shards
+    shards
         .into_iter()
         .enumerate()
         .filter(|(_, docs)| !docs.is_empty())
@@ -154,9 +173,84 @@ fn group(
             bits,
             index: index as u32,
             docs,
+            given: false,
         })
-        .collect();
-    (count, builds)
+        .collect()
+}
+
+/// A document's history as a checkpoint names it: its references, the blocks that must be
+/// stored alone first and, for a document whose epoch ended, its last block's bytes (its
+/// reference is renamed once the pack is built).
+struct Placed {
+    refs: Vec<HistoryBlockRef>,
+    new_blocks: Vec<(Hash, Bytes)>,
+    last: Option<Bytes>,
+}
+
+/// Reading and placing history blocks during one job.
+struct History<'a> {
+    store: &'a dyn BlobStore,
+    prefix: &'a str,
+    read: Mutex<HashMap<Hash, Bytes>>,
+}
+
+impl History<'_> {
+    /// The bytes of the block `r` names, checked to be that block of `doc`.
+    async fn bytes_of(&self, doc: &DocState, r: &HistoryBlockRef) -> Result<Bytes> {
+        if let Some(found) = self.read.lock().await.get(&r.hash) {
+            return Ok(found.clone());
+        }
+        let (key, bytes) = read_block_bytes(self.store, self.prefix, r).await?;
+        decode_block(&key, &bytes, path_hash(doc.path.as_str()), r.first, r.last)?;
+        self.read.lock().await.insert(r.hash, bytes.clone());
+        Ok(bytes)
+    }
+
+    /// Folds `doc` and places its blocks: every block but the last stands alone, and the
+    /// last goes into a pack (`packed`: the document's epoch ended) or stands alone.
+    async fn place(&self, doc: &DocState, packed: bool) -> Result<Placed> {
+        let cache = BlockCache::default();
+        let folded = fold(self.store, self.prefix, doc, &cache).await?;
+        let fresh: HashMap<Hash, Bytes> = folded.new_blocks.into_iter().collect();
+        let mut refs = folded.refs.to_vec();
+        let mut new_blocks = Vec::new();
+        let mut last = None;
+        let n = refs.len();
+        for (i, r) in refs.iter_mut().enumerate() {
+            let new = fresh.get(&r.hash).cloned();
+            if packed && i + 1 == n {
+                last = Some(match new {
+                    Some(bytes) => bytes,
+                    None => self.bytes_of(doc, r).await?,
+                });
+                continue;
+            }
+            match new {
+                Some(bytes) => new_blocks.push((r.hash, bytes)),
+                None if PackedBlock::from_name(&r.hash).is_some() => {
+                    let bytes = self.bytes_of(doc, r).await?;
+                    let hash = Hash::of(&bytes);
+                    if hash != r.hash {
+                        r.hash = hash;
+                        new_blocks.push((hash, bytes));
+                    }
+                }
+                None => {}
+            }
+        }
+        if packed && last.is_none() {
+            return Err(Error::integrity(
+                Op::Write,
+                doc.path.as_str(),
+                "a document without versions",
+            ));
+        }
+        Ok(Placed {
+            refs,
+            new_blocks,
+            last,
+        })
+    }
 }
 
 impl CheckpointJob {
@@ -177,6 +271,47 @@ impl CheckpointJob {
     pub fn with_settle(mut self, settle: Duration) -> Self {
         self.fence.settle = settle;
         self
+    }
+
+    /// Tier `j` of a schema-1 base, moved to this schema as it stands: its documents read
+    /// from its shards, with the references they name, marked with the tier's cut.
+    async fn reencode(&self, j: usize, workers: usize, op: Op) -> Result<(Tier, Vec<ShardBuild>)> {
+        let old = &self.base.root.tiers[j];
+        let refs: Vec<(usize, u32, Hash)> = old
+            .shards
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| h.map(|h| (j, i as u32, h)))
+            .collect();
+        let loaded = read_shards(
+            &self.store,
+            &self.prefix,
+            &self.base.root,
+            self.base.sequence(),
+            refs,
+            workers,
+            op,
+        )
+        .await?;
+        let changed = if j == 0 { 0 } else { old.cut };
+        let mut docs: Vec<(Arc<DocState>, u64)> = loaded
+            .into_iter()
+            .flat_map(|(_, docs)| docs)
+            .map(|(doc, _)| (Arc::new(doc), changed))
+            .collect();
+        docs.sort_unstable_by(|a, b| a.0.path.cmp(&b.0.path));
+        let count = docs.len() as u64;
+        let mut builds = group(j, shard_bits(count), docs);
+        for build in &mut builds {
+            build.given = true;
+        }
+        Ok((
+            Tier {
+                documents: count,
+                ..Tier::empty(old.grid, old.cut, count)
+            },
+            builds,
+        ))
     }
 
     /// Writes the checkpoint; `None` when the state is the base's. A run that reaches its
@@ -205,6 +340,66 @@ impl CheckpointJob {
             return Ok(None);
         }
         let old = &self.base.root;
+        let legacy = old.sealed.is_none();
+        let store = &*self.store;
+        let prefix = self.prefix.as_str();
+        let workers = self.workers.max(1);
+        let history = History {
+            store,
+            prefix,
+            read: Mutex::default(),
+        };
+
+        // Sealed epochs: each one's documents fold as they stood at its cut, and their last
+        // blocks go into the epoch's pack.
+        let mut standalone: Vec<(Hash, Bytes)> = Vec::new();
+        let mut packs: Vec<(String, Bytes)> = Vec::new();
+        let mut placed: HashMap<(DocPath, u64), Arc<[HistoryBlockRef]>> = HashMap::new();
+        // Every ended epoch's documents fold at once (their reads are small and
+        // latency-bound), then each epoch's last blocks become its pack.
+        let history = &history;
+        let docs: Vec<Arc<DocState>> = self
+            .tracker
+            .sealed
+            .iter()
+            .flat_map(|epoch| epoch.docs.iter().map(|(d, _)| d.clone()))
+            .collect();
+        let mut folded = futures::stream::iter(docs)
+            .map(|doc| async move { history.place(&doc, true).await })
+            .buffered(HISTORY_READERS.max(workers))
+            .try_collect::<Vec<Placed>>()
+            .await?
+            .into_iter();
+        for epoch in &self.tracker.sealed {
+            let epoch_folded: Vec<Placed> = folded.by_ref().take(epoch.docs.len()).collect();
+            let blocks: Vec<Bytes> = epoch_folded
+                .iter()
+                .map(|placed_doc| placed_doc.last.clone().expect("a packed placement"))
+                .collect();
+            if blocks.is_empty() {
+                continue;
+            }
+            let Some((pack, id, names)) = pack_blocks(&blocks) else {
+                return Err(Error::new(
+                    op,
+                    pack_key(prefix, &[]),
+                    ErrorKind::Storage,
+                    "an epoch's history pack passes 4 GiB",
+                ));
+            };
+            for (((doc, changed), placed_doc), name) in
+                epoch.docs.iter().zip(epoch_folded).zip(names)
+            {
+                let mut refs = placed_doc.refs;
+                refs.last_mut().expect("a retained version").hash = name;
+                standalone.extend(placed_doc.new_blocks);
+                placed.insert((doc.path.clone(), *changed), refs.into());
+            }
+            packs.push((pack_key(prefix, &id), pack));
+        }
+        let sealed = self.tracker.open_cut;
+        let base_sealed = self.tracker.base_sealed;
+
         let mut tiers: Vec<Tier> = Vec::with_capacity(TIERS);
         let mut builds: Vec<ShardBuild> = Vec::new();
         let mut lower_cut = 0;
@@ -212,7 +407,15 @@ impl CheckpointJob {
         for (j, width) in old.widths.iter().enumerate() {
             let g = grid(*width, s);
             if g == old.tiers[j].grid {
-                tiers.push(old.tiers[j].clone());
+                if legacy {
+                    // A schema-1 tier moves to this schema as it stands: its documents
+                    // with the references its shards name.
+                    let (tier, mut tier_builds) = self.reencode(j, workers, op).await?;
+                    tiers.push(tier);
+                    builds.append(&mut tier_builds);
+                } else {
+                    tiers.push(old.tiers[j].clone());
+                }
                 lower_cut = old.tiers[j].cut;
                 continue;
             }
@@ -226,49 +429,57 @@ impl CheckpointJob {
                 ));
             };
             let cut_sequence = cut.state.sequence();
-            let bits = shard_bits(cut.state.doc_count());
-            let (count, mut shard_builds) = if j == 0 {
-                group(j, bits, cut.state.docs().cloned())
+            let docs: Vec<(Arc<DocState>, u64)> = if j == 0 {
+                cut.state
+                    .docs()
+                    .map(|d| (d.clone(), cut.changes.get(&d.path).copied().unwrap_or(0)))
+                    .collect()
             } else {
-                group(
-                    j,
-                    bits,
-                    cut.changes
-                        .iter()
-                        .filter(|(_, changed)| lower_cut < **changed && **changed <= cut_sequence)
-                        .filter_map(|(path, _)| cut.state.doc(path).cloned()),
-                )
+                cut.changes
+                    .iter()
+                    .filter(|(_, changed)| lower_cut < **changed && **changed <= cut_sequence)
+                    .filter_map(|(path, changed)| {
+                        cut.state.doc(path).map(|d| (d.clone(), *changed))
+                    })
+                    .collect()
             };
+            let count = docs.len() as u64;
             tiers.push(Tier {
                 documents: count,
-                ..Tier::empty(g, cut_sequence, cut.state.doc_count())
+                ..Tier::empty(g, cut_sequence, count)
             });
-            builds.append(&mut shard_builds);
+            builds.extend(group(j, shard_bits(count), docs));
             lower_cut = cut_sequence;
         }
         let top = TIERS - 1;
-        let bits = shard_bits(self.state.doc_count());
-        let (count, top_builds) = group(
-            top,
-            bits,
-            self.tracker
-                .changes
-                .iter()
-                .filter(|(_, changed)| lower_cut < **changed)
-                .filter_map(|(path, _)| self.state.doc(path).cloned()),
-        );
+        let top_docs: Vec<(Arc<DocState>, u64)> = self
+            .tracker
+            .changes
+            .iter()
+            .filter(|(_, changed)| lower_cut < **changed)
+            .filter_map(|(path, changed)| self.state.doc(path).map(|d| (d.clone(), *changed)))
+            .collect();
+        let count = top_docs.len() as u64;
+        let bits = shard_bits(count);
+        let top_builds = group(top, bits, top_docs);
         let mut top_tier = Tier {
             documents: count,
-            ..Tier::empty(s, s, self.state.doc_count())
+            ..Tier::empty(s, s, count)
         };
         let old_top = &old.tiers[top];
-        if lower_kept && old_top.bits == bits {
-            // Shards holding no document changed since the base are the base's.
+        if !legacy && lower_kept && old_top.bits == bits {
+            // Shards holding no document changed since the base (or since its sealed cut,
+            // when an epoch ended: their blocks moved into its pack) are the base's.
+            let since = if self.tracker.sealed.is_empty() {
+                self.base.sequence()
+            } else {
+                base_sealed
+            };
             let touched: BTreeSet<u32> = self
                 .tracker
                 .changes
                 .iter()
-                .filter(|(_, changed)| **changed > self.base.sequence())
+                .filter(|(_, changed)| **changed > since)
                 .map(|(path, _)| shard_of(&path_hash(path.as_str()), bits))
                 .collect();
             top_tier.shards = old_top.shards.clone();
@@ -287,54 +498,86 @@ impl CheckpointJob {
         }
         tiers.push(top_tier);
 
-        // Fold every document's history, reading old blocks where a block changes.
-        let cache = BlockCache::default();
-        let store = &*self.store;
-        let prefix = self.prefix.as_str();
-        let flat: Vec<(usize, Arc<DocState>)> = builds
+        // Every document's references: where its base names them (last change at or before
+        // the base's sealed cut), in a pack sealed here, or folded into blocks of its own
+        // (the open epoch).
+        let flat: Vec<(usize, Arc<DocState>, u64)> = builds
             .iter()
             .enumerate()
-            .flat_map(|(b, build)| build.docs.iter().map(move |d| (b, d.clone())))
+            .flat_map(|(b, build)| build.docs.iter().map(move |(d, c)| (b, d.clone(), *c)))
             .collect();
-        let folded: Vec<(usize, Arc<DocState>, crate::history::FoldedHistory)> =
-            futures::stream::iter(flat)
-                .map(|(b, doc)| {
-                    let cache = &cache;
-                    async move {
-                        let history = fold(store, prefix, &doc, cache).await?;
-                        Ok::<_, Error>((b, doc, history))
+        let state = &self.state;
+        let placed = &placed;
+        let builds_ref = &builds;
+        let mut resolved: Vec<(usize, Resolved)> =
+            futures::stream::iter(flat.into_iter().enumerate())
+                .map(|(at, (b, doc, changed))| async move {
+                    if builds_ref[b].given {
+                        return Ok((
+                            at,
+                            (b, doc.clone(), changed, doc.history.clone(), Vec::new()),
+                        ));
                     }
+                    if changed <= base_sealed {
+                        let refs = state
+                            .doc(&doc.path)
+                            .map(|now| now.history.clone())
+                            .unwrap_or_else(|| doc.history.clone());
+                        return Ok((at, (b, doc, changed, refs, Vec::new())));
+                    }
+                    if changed <= sealed {
+                        let Some(refs) = placed.get(&(doc.path.clone(), changed)) else {
+                            return Err(Error::new(
+                                op,
+                                doc.path.as_str(),
+                                ErrorKind::Precondition,
+                                format!("no sealed epoch holds the change at {changed}"),
+                            ));
+                        };
+                        return Ok((at, (b, doc, changed, refs.clone(), Vec::new())));
+                    }
+                    let placed_doc = history.place(&doc, false).await?;
+                    let refs = placed_doc.refs.into();
+                    Ok((at, (b, doc, changed, refs, placed_doc.new_blocks)))
                 })
-                .buffered(self.workers.max(1))
+                .buffer_unordered(HISTORY_READERS.max(workers))
                 .try_collect()
                 .await?;
+        // In the order the shards hold them (a fold that reads waits on no other).
+        resolved.sort_unstable_by_key(|(at, _)| *at);
 
-        let mut blocks: Vec<(Hash, Bytes)> = Vec::new();
         let mut seen_blocks = std::collections::HashSet::new();
+        let mut blocks: Vec<(Hash, Bytes)> = Vec::new();
+        for (hash, bytes) in standalone {
+            if seen_blocks.insert(hash) {
+                blocks.push((hash, bytes));
+            }
+        }
         let mut per_build: Vec<Vec<FoldedDoc>> = builds
             .iter()
             .map(|b| Vec::with_capacity(b.docs.len()))
             .collect();
-        for (b, doc, history) in folded {
-            for (hash, bytes) in history.new_blocks {
+        for (_, (b, doc, changed, refs, new_blocks)) in resolved {
+            for (hash, bytes) in new_blocks {
                 if seen_blocks.insert(hash) {
                     blocks.push((hash, bytes));
                 }
             }
-            per_build[b].push((doc, history.refs));
+            let changed = if builds[b].tier == 0 { 0 } else { changed };
+            per_build[b].push((doc, refs, changed));
         }
         let mut shards: Vec<(Hash, Bytes)> = Vec::with_capacity(builds.len());
         let mut folded_docs = Vec::new();
         for (build, docs) in builds.iter().zip(&per_build) {
-            let entries: Vec<(&DocState, &[HistoryBlockRef])> =
-                docs.iter().map(|(d, h)| (&**d, &**h)).collect();
-            let bytes = encode_shard(build.bits, build.index, &entries)?;
+            let entries: Vec<ShardDoc<'_>> =
+                docs.iter().map(|(d, h, c)| (&**d, &**h, *c)).collect();
+            let bytes = encode_shard_entries(build.bits, build.index, &entries);
             let hash = Hash::of(&bytes);
             tiers[build.tier].shards[build.index as usize] = Some(hash);
             shards.push((hash, bytes));
             folded_docs.extend(
                 docs.iter()
-                    .map(|(d, h)| (d.path.clone(), h.clone(), d.current)),
+                    .map(|(d, h, _)| (d.path.clone(), h.clone(), d.current)),
             );
         }
         let root = Root {
@@ -342,6 +585,7 @@ impl CheckpointJob {
             documents: self.state.doc_count(),
             widths: old.widths,
             tiers,
+            sealed: Some(sealed),
         };
         let root_bytes = root.encode();
         let root_hash = Hash::of(&root_bytes);
@@ -354,12 +598,12 @@ impl CheckpointJob {
         };
 
         let mut stats = WriteStats {
-            blocks: blocks.len() as u64,
+            blocks: (blocks.len() + packs.len()) as u64,
+            packs: packs.len() as u64,
             shards: shards.len() as u64,
             ..WriteStats::default()
         };
         let fence = &self.fence;
-        let workers = self.workers.max(1);
         // What a drop may collect, kept to settle before the checkpoint names it (history
         // blocks are never collected).
         let mut collectable: Vec<(String, Bytes)> = shards
@@ -369,7 +613,8 @@ impl CheckpointJob {
         collectable.push((root_key(prefix, &root_hash), root_bytes.clone()));
         let keyed_blocks = blocks
             .into_iter()
-            .map(|(hash, bytes)| (history_key(prefix, &hash), bytes));
+            .map(|(hash, bytes)| (history_key(prefix, &hash), bytes))
+            .chain(packs);
         let keyed_shards = shards
             .into_iter()
             .map(|(hash, bytes)| (shard_key(prefix, &hash), bytes));

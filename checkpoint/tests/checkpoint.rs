@@ -363,9 +363,14 @@ async fn one_changed_document_costs_one_block_one_shard_one_root_one_checkpoint(
     );
     assert_eq!(cost.requests(BlobOp::Create), 4);
     assert_eq!(
-        cost.requests(BlobOp::Get),
+        cost.requests(BlobOp::Get) + cost.requests(BlobOp::GetRange),
         1,
         "the old block holding version 1 is read once"
+    );
+    assert_eq!(
+        cost.requests(BlobOp::GetRange),
+        1,
+        "by range, from the pack of the epoch that created the document"
     );
     assert!(cost.bytes_up < 40_000, "{} bytes up", cost.bytes_up);
 
@@ -551,4 +556,65 @@ async fn cold_started_and_adopting_replicas_checkpoint_as_a_replay_does() {
     }
     assert!(crossed, "some round crossed a grid point below the top");
     assert!(kept, "some round stayed between grid points");
+}
+
+/// A checkpoint's history objects grow with the epochs that ended, not with the documents
+/// that changed: the blocks of each ended epoch are one pack, read back by range and checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_objects_grow_with_epochs_not_documents() {
+    let store = memory();
+    let mut writer = Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    for chunk in 0..20 {
+        let slot: Vec<_> = (0..250)
+            .map(|i| publish(&format!("/d/{chunk}/{i}.md"), &format!("# {chunk} {i}\n")))
+            .collect();
+        writer.commit(&slot).await;
+    }
+    let mut replica = open(&store).await;
+    let first = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    // 5,000 documents through sequence 5,001: four epochs of 1,024 ended.
+    assert_eq!(first.packs, 4, "{first:?}");
+    let changed = 4000;
+    for k in 0..changed / 16 {
+        let slot: Vec<_> = (0..16)
+            .map(|i| {
+                let n = (k * 16 + i) * 7 % 5000;
+                publish(
+                    &format!("/d/{}/{}.md", n / 250, n % 250),
+                    &format!("# again {k}\n"),
+                )
+            })
+            .collect();
+        writer.commit(&slot).await;
+    }
+    replica.catch_up().await.unwrap();
+    let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    // Four more epochs ended (at 5,120 to 8,192); only the open epoch's documents have
+    // blocks of their own.
+    assert_eq!(stats.packs, 4, "{stats:?}");
+    assert!(stats.blocks - stats.packs <= 1024, "{stats:?}");
+    assert!(stats.blocks * 4 < changed as u64, "{stats:?}");
+    let cold = open(&store).await;
+    assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
+    let live = export_all(&store, &writer.state).await;
+    assert_eq!(export_all(&store, cold.state()).await, live);
+
+    // A damaged byte in a pack is an integrity error for the versions it holds.
+    let doc = cold
+        .state()
+        .doc(&DocPath::parse("/d/0/0.md").unwrap())
+        .unwrap()
+        .clone();
+    let packed = quire_checkpoint::format::PackedBlock::from_name(&doc.history[0].hash)
+        .expect("the block holding version 1 was packed when its epoch ended");
+    let key = quire_checkpoint::keys::pack_key(PREFIX, &packed.pack);
+    let object = store.get(&key).await.unwrap();
+    let mut damaged = object.data.to_vec();
+    damaged[packed.offset as usize + 3] ^= 0x41;
+    store
+        .replace(&key, &object.attributes.generation, damaged.into())
+        .await
+        .unwrap();
+    let err = version_record(&*store, PREFIX, &doc, 1).await.unwrap_err();
+    assert!(err.is_integrity(), "{err}");
 }

@@ -66,6 +66,7 @@ async fn plant(
         documents,
         widths: DEFAULT_WIDTHS,
         tiers: vec![Tier::empty(0, 1, 0), Tier::empty(0, 1, 0), top],
+        sealed: None,
     };
     let bytes = root.encode();
     let hash = Hash::of(&bytes);

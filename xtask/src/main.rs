@@ -5,7 +5,8 @@
 //!   against them, then the conformance table.
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
-//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, or `all`), in the release profile.
+//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, `cost`, or `all`), in the release
+//!   profile.
 //! - `gate`: the reliability gate at full size, in the release profile (its short form runs
 //!   with the tests).
 
@@ -40,7 +41,8 @@ enum Task {
     Gate(gate::GateArgs),
     /// Run a benchmark: `commit` (group commit on a simulated bucket), `coldstart` (a
     /// million-document world on the file driver), `search` (body search over generated
-    /// markdown on the file driver), or `all`. Arguments after `--` go to the
+    /// markdown on the file driver), `cost` (what a write costs in bucket requests and
+    /// bytes on simulated GCS), or `all`. Arguments after `--` go to the
     /// benchmark (e.g. `cargo xtask bench coldstart -- --docs 100000`).
     Bench {
         #[arg(value_enum, default_value = "all")]
@@ -55,14 +57,16 @@ enum Bench {
     Commit,
     Coldstart,
     Search,
+    Cost,
     All,
 }
 
 /// The benchmarks: (name, package, bench target).
-const BENCHES: [(Bench, &str, &str); 3] = [
+const BENCHES: [(Bench, &str, &str); 4] = [
     (Bench::Commit, "quire-log", "commit"),
     (Bench::Coldstart, "quire-checkpoint", "coldstart"),
     (Bench::Search, "quire-backend", "search"),
+    (Bench::Cost, "quire-checkpoint", "cost"),
 ];
 
 fn bench(which: Bench, args: &[String]) -> Result<()> {

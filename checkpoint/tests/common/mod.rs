@@ -117,6 +117,17 @@ impl Writer {
         }
     }
 
+    /// A writer at `state` of a world already in `store` (operation ids start far from any
+    /// a fixture's writer used).
+    pub fn resume(store: Arc<dyn BlobStore>, state: WorldState) -> Writer {
+        Writer {
+            store,
+            state,
+            versions: HashMap::new(),
+            operations: 1 << 40,
+        }
+    }
+
     /// Commits one slot holding `mutations` (each built on the ones before it). Versions up
     /// to the inline limit travel inline; larger ones become blobs first.
     pub async fn commit(&mut self, mutations: &[Mutation]) -> EncodedSlot {
@@ -193,6 +204,28 @@ pub async fn export_all(store: &Arc<dyn BlobStore>, state: &WorldState) -> Vec<E
         .try_collect()
         .await
         .unwrap()
+}
+
+/// A store holding the objects of a fixture file (each a 4-byte big-endian key length, the
+/// key, a 4-byte big-endian length and the bytes; see `tests/fixtures/README.md`).
+pub async fn from_fixture(bytes: &[u8]) -> Arc<dyn BlobStore> {
+    let store = memory();
+    let mut at = 0;
+    let mut take = |n: usize| {
+        let part = &bytes[at..at + n];
+        at += n;
+        part
+    };
+    let mut left = bytes.len();
+    while left > 0 {
+        let len = u32::from_be_bytes(take(4).try_into().unwrap()) as usize;
+        let key = String::from_utf8(take(len).to_vec()).unwrap();
+        let size = u32::from_be_bytes(take(4).try_into().unwrap()) as usize;
+        let data = Bytes::copy_from_slice(take(size));
+        store.create(&key, data).await.unwrap();
+        left -= 8 + len + size;
+    }
+    store
 }
 
 /// Every object under the prefix with its bytes, in key order.

@@ -1,0 +1,279 @@
+//! What a write costs in bucket requests and bytes, on simulated GCS.
+//!
+//! ```text
+//! cargo bench -p quire-checkpoint --bench cost -- [--docs N] [--rate W] [--interval S]
+//!     [--intervals K] [--per-slot P]
+//! ```
+//!
+//! A world of `N` documents (default 1,000,000) is built in memory and checkpointed, then
+//! `K` intervals (default 6) of `S` seconds (default 60) of uniform random rewrites at `W`
+//! writes a second (default 250), committed `P` writes to a slot (default 10: the 0.10
+//! slots per write the committer reaches at that rate), each interval followed by a
+//! checkpoint. Every request goes through the real-GCS latency model (ADR 0036) on a paused
+//! clock, so simulated seconds are the bucket's and wall seconds are this machine's CPU.
+//! Requests and bytes are counted per role:
+//! - commit: the writer creating its slots;
+//! - checkpoint: the writing store's checkpoint job (what it creates and what it reads);
+//! - own reads: the writing store reading its own slots back (its compactor catching up, as
+//!   the server's compactor does);
+//! - follower: a second replica catching up on the slots and adopting each checkpoint.
+
+mod generator;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use generator::{Generator, PREFIX, WORLD};
+use quire_blob::memory::MemoryStore;
+use quire_blob::{BlobStore, MeterReading, Metered, Op, Simulated};
+use quire_checkpoint::format::DEFAULT_WIDTHS;
+use quire_checkpoint::genesis::create_world;
+use quire_checkpoint::{OpenOptions, Replica, WriteStats};
+use rand::SeedableRng;
+
+const FRESHEN: Duration = Duration::from_secs(1800);
+const WORKERS: usize = 64;
+
+struct Args {
+    docs: u64,
+    rate: u64,
+    interval: u64,
+    intervals: usize,
+    per_slot: usize,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        docs: 1_000_000,
+        rate: 250,
+        interval: 60,
+        intervals: 6,
+        per_slot: 10,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--docs" => args.docs = value().parse().expect("--docs N"),
+            "--rate" => args.rate = value().parse().expect("--rate W"),
+            "--interval" => args.interval = value().parse().expect("--interval S"),
+            "--intervals" => args.intervals = value().parse().expect("--intervals K"),
+            "--per-slot" => args.per_slot = value().parse().expect("--per-slot P"),
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    args
+}
+
+async fn open(store: Arc<dyn BlobStore>) -> Replica {
+    let options = OpenOptions {
+        workers: WORKERS,
+        ..OpenOptions::default()
+    };
+    Replica::open(store, PREFIX, &options).await.unwrap()
+}
+
+/// What one role cost over the measured intervals.
+#[derive(Default)]
+struct Role {
+    reading: MeterReading,
+}
+
+impl Role {
+    fn add(&mut self, r: &MeterReading) {
+        for (total, n) in self.reading.requests.iter_mut().zip(r.requests) {
+            *total += n;
+        }
+        self.reading.bytes_up += r.bytes_up;
+        self.reading.bytes_down += r.bytes_down;
+    }
+
+    fn objects(&self) -> u64 {
+        self.reading.requests(Op::Create) + self.reading.requests(Op::Replace)
+    }
+
+    fn row(&self, name: &str, writes: f64) {
+        let r = &self.reading;
+        println!(
+            "{name:<11} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>9.4} {:>10.0} {:>10.0}",
+            r.requests(Op::Create) as f64 / writes,
+            (r.requests(Op::Get)) as f64 / writes,
+            r.requests(Op::GetRange) as f64 / writes,
+            r.requests(Op::Head) as f64 / writes,
+            r.requests(Op::List) as f64 / writes,
+            (r.requests(Op::Replace) + r.requests(Op::Delete)) as f64 / writes,
+            r.total_requests() as f64 / writes,
+            r.bytes_up as f64 / writes,
+            r.bytes_down as f64 / writes,
+        );
+    }
+}
+
+fn report(label: &str, stats: &WriteStats, simulated: Duration, wall: Duration, writes: u64) {
+    println!(
+        "{label}: {:.2} s simulated, {:.2} s wall; {} history objects ({} packs), {} shards, {} created, {} reused, {:.1} MB up ({:.0} bytes/write)",
+        simulated.as_secs_f64(),
+        wall.as_secs_f64(),
+        stats.blocks,
+        stats.packs,
+        stats.shards,
+        stats.created,
+        stats.reused,
+        stats.bytes_written as f64 / 1e6,
+        stats.bytes_written as f64 / writes as f64
+    );
+}
+
+async fn run(args: Args) {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    create_world(&*memory, PREFIX, WORLD, DEFAULT_WIDTHS)
+        .await
+        .unwrap();
+    let wall = Instant::now();
+    Generator::after_genesis(memory.clone())
+        .documents(args.docs)
+        .await;
+    let mut builder = open(memory.clone()).await;
+    builder.checkpoint(FRESHEN).await.unwrap().unwrap();
+    println!(
+        "world: {} documents at sequence {}, checkpointed ({:.0} s wall to build)",
+        builder.state().doc_count(),
+        builder.state().sequence(),
+        wall.elapsed().as_secs_f64()
+    );
+    drop(builder);
+
+    let bucket: Arc<dyn BlobStore> = Arc::new(Simulated::real_gcs(memory.clone(), 1));
+    let commit = Metered::new(bucket.clone());
+    let own = Metered::new(bucket.clone());
+    let follower = Metered::new(bucket.clone());
+    let t = tokio::time::Instant::now();
+    let w = Instant::now();
+    let mut writer_replica = open(Arc::new(own.clone())).await;
+    let cold = own.reading();
+    println!(
+        "cold start on simulated GCS: {:.2} s simulated, {:.2} s wall, {} requests, {:.0} MB down",
+        t.elapsed().as_secs_f64(),
+        w.elapsed().as_secs_f64(),
+        cold.total_requests(),
+        cold.bytes_down as f64 / 1e6
+    );
+    let mut follower_replica = open(Arc::new(follower.clone())).await;
+    let mut generator = Generator::after(Arc::new(commit.clone()), &writer_replica, 13);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let writes = args.rate * args.interval;
+    let (mut commit_role, mut checkpoint_role, mut own_role, mut follower_role) = (
+        Role::default(),
+        Role::default(),
+        Role::default(),
+        Role::default(),
+    );
+    let mut written = 0u64;
+    let mut slowest = (Duration::ZERO, Duration::ZERO);
+    let mut checkpoint_bytes = 0u64;
+    for k in 0..args.intervals {
+        let base_grid = writer_replica.base().root.tiers[0].grid;
+        let middle_grid = writer_replica.base().root.tiers[1].grid;
+        // The slots go one after the other, each as soon as the bucket took the one
+        // before (a create's 40 ms, about the committer's pace at 250 writes a second);
+        // the interval lasts at least its length.
+        let before = commit.reading();
+        let end = tokio::time::Instant::now() + Duration::from_secs(args.interval);
+        generator
+            .rewrites(
+                &writer_replica,
+                args.docs,
+                writes,
+                args.per_slot,
+                &mut rng,
+                |_| {},
+            )
+            .await;
+        tokio::time::sleep_until(end).await;
+        commit_role.add(&commit.reading().since(&before));
+
+        let before = own.reading();
+        writer_replica.catch_up().await.unwrap();
+        own_role.add(&own.reading().since(&before));
+
+        let before = own.reading();
+        let (t, w) = (tokio::time::Instant::now(), Instant::now());
+        let stats = writer_replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+        let (simulated, wall) = (t.elapsed(), w.elapsed());
+        checkpoint_role.add(&own.reading().since(&before));
+        checkpoint_bytes += stats.bytes_written;
+        slowest = (slowest.0.max(simulated), slowest.1.max(wall));
+        let kind = if writer_replica.base().root.tiers[0].grid != base_grid {
+            "base rebuilt"
+        } else if writer_replica.base().root.tiers[1].grid != middle_grid {
+            "middle rebuilt"
+        } else {
+            "top only"
+        };
+        report(
+            &format!("checkpoint {k} [{kind}]"),
+            &stats,
+            simulated,
+            wall,
+            writes,
+        );
+
+        let before = follower.reading();
+        follower_replica.catch_up().await.unwrap();
+        assert!(
+            follower_replica
+                .adopt(writer_replica.base().sequence())
+                .await
+                .unwrap()
+        );
+        follower_role.add(&follower.reading().since(&before));
+        written += writes;
+    }
+    let n = written as f64;
+    println!();
+    println!(
+        "per write ({written} writes, {} intervals of {} s at {} writes/s, {} writes a slot):",
+        args.intervals, args.interval, args.rate, args.per_slot
+    );
+    println!(
+        "{:<11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}",
+        "role",
+        "create",
+        "get",
+        "range",
+        "head",
+        "list",
+        "repl+del",
+        "requests",
+        "bytes up",
+        "bytes down"
+    );
+    commit_role.row("commit", n);
+    checkpoint_role.row("checkpoint", n);
+    own_role.row("own reads", n);
+    follower_role.row("follower", n);
+    println!();
+    println!(
+        "objects created per write: commit {:.3} + checkpoint {:.3} = {:.3}",
+        commit_role.objects() as f64 / n,
+        checkpoint_role.objects() as f64 / n,
+        (commit_role.objects() + checkpoint_role.objects()) as f64 / n
+    );
+    println!(
+        "checkpoint bytes per write: {:.0}; slowest checkpoint {:.2} s simulated, {:.2} s wall",
+        checkpoint_bytes as f64 / n,
+        slowest.0.as_secs_f64(),
+        slowest.1.as_secs_f64()
+    );
+}
+
+fn main() {
+    let args = parse_args();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(run(args));
+}
