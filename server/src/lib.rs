@@ -51,6 +51,7 @@ pub mod mark;
 pub mod mark_client;
 pub mod mcp;
 pub mod outline;
+pub mod peers;
 pub mod policy;
 pub mod quic;
 pub mod reload;
