@@ -406,7 +406,9 @@ fn default_resolve_every() -> Duration {
 impl PeersConfig {
     fn validate(&self) -> Result<(), String> {
         for entry in self.addresses.iter().chain(self.dns.iter()) {
-            let port = entry.rsplit_once(':').map(|(host, port)| (host, port.parse::<u16>()));
+            let port = entry
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
             match port {
                 Some((host, Ok(port))) if !host.is_empty() && port != 0 => {}
                 _ => {
@@ -1654,9 +1656,15 @@ root = "./notes"
     fn bad_peers_are_refused() {
         let world = with_backend("kind = \"file\"\nroot = \"notes\"\n");
         for (peers, mentions) in [
-            ("addresses = [\"10.0.0.7\"]\ncert = \"c\"\nkey = \"k\"\n", "host:port"),
+            (
+                "addresses = [\"10.0.0.7\"]\ncert = \"c\"\nkey = \"k\"\n",
+                "host:port",
+            ),
             ("dns = \"name:0\"\ncert = \"c\"\nkey = \"k\"\n", "host:port"),
-            ("resolve_every = \"0s\"\ncert = \"c\"\nkey = \"k\"\n", "resolve_every"),
+            (
+                "resolve_every = \"0s\"\ncert = \"c\"\nkey = \"k\"\n",
+                "resolve_every",
+            ),
             ("cert = \"c\"\n", "missing field `key`"),
             ("cert = \"c\"\nkey = \"k\"\nport = 1\n", "unknown field"),
         ] {

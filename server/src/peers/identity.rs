@@ -7,11 +7,11 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::ResolvesClientCert;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::ResolvesServerCert;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
@@ -177,7 +177,8 @@ impl ClientCertVerifier for OnlyReplica {
         _intermediates: &[CertificateDer<'_>],
         _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.check(end_entity).map(|()| ClientCertVerified::assertion())
+        self.check(end_entity)
+            .map(|()| ClientCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -212,7 +213,8 @@ impl ServerCertVerifier for OnlyReplica {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.check(end_entity).map(|()| ServerCertVerified::assertion())
+        self.check(end_entity)
+            .map(|()| ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(

@@ -303,7 +303,10 @@ mod tests {
         assert_eq!(peers.due(&sent), vec!["b".to_owned()]);
         wake.borrow_and_update();
         peers.committed("a", 3);
-        assert!(!wake.has_changed().unwrap(), "nothing newer wakes no sender");
+        assert!(
+            !wake.has_changed().unwrap(),
+            "nothing newer wakes no sender"
+        );
     }
 
     #[test]

@@ -137,7 +137,8 @@ pub async fn run(
     }
 }
 
-fn client_config(identity: &ReplicaIdentity) -> anyhow::Result<quinn::ClientConfig> {
+/// The QUIC client configuration a sender dials peers with.
+pub fn client_config(identity: &ReplicaIdentity) -> anyhow::Result<quinn::ClientConfig> {
     let tls = identity.client_config()?;
     let crypto = QuicClientConfig::try_from(tls)?;
     Ok(quinn::ClientConfig::new(Arc::new(crypto)))
@@ -251,7 +252,9 @@ impl Link {
             let sequence = peers
                 .newest(world)
                 .ok_or_else(|| anyhow::anyhow!("nothing to send for {world}"))?;
-            stream.write_all(encode_hint(world, sequence).as_bytes()).await?;
+            stream
+                .write_all(encode_hint(world, sequence).as_bytes())
+                .await?;
             stream.finish()?;
             if let Some(code) = stream.stopped().await? {
                 anyhow::bail!("the peer stopped the hint stream ({code})");
