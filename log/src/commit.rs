@@ -148,8 +148,18 @@ pub struct CommitterConfig {
     pub policy_path: Option<DocPath>,
     /// How long after applying a peer's slot this store yields after its wins.
     pub yield_window: Duration,
-    /// The longest pause a yielding store takes.
+    /// The longest pause a yielding store takes while peer hints arrive.
     pub yield_jitter: Duration,
+    /// Without hints (none within `yield_window`), a yielding store pauses a random share of
+    /// this many of its own slot-create latencies: long enough that a peer which just lost a
+    /// slot to it can take the next one, so neither starves (the peer's slots in the log are
+    /// all that tells it a peer is there).
+    pub unhinted_yield_creates: u32,
+    /// A busy store that has seen no peer for this long leaves the next slot name free for
+    /// one pause after a win (one slot create): a peer starving unseen behind
+    /// it takes that name, and its slot, which names its store, tells this store a peer is
+    /// there. Zero never pauses.
+    pub listen_every: Duration,
     /// The longest a store that learned a peer lost a slot to it holds its next create,
     /// giving the peer the next name (see [`Committer::follow`]).
     pub handoff_wait: Duration,
@@ -178,6 +188,8 @@ impl Default for CommitterConfig {
             policy_path: None,
             yield_window: Duration::from_secs(3),
             yield_jitter: Duration::from_millis(30),
+            unhinted_yield_creates: 2,
+            listen_every: Duration::from_secs(1),
             handoff_wait: Duration::from_millis(50),
             create_attempts: 12,
             backoff_base: Duration::from_millis(100),
@@ -252,6 +264,9 @@ pub struct CommitStats {
     pub yields: u64,
     /// Creates held back for a peer that lost a slot to this store.
     pub handoffs: u64,
+    /// Pauses a store that saw no peer took to leave a name free
+    /// ([`CommitterConfig::listen_every`]).
+    pub listening_pauses: u64,
 }
 
 /// How many of the newest batch sizes [`CommitStats::batch_sizes`] keeps.
@@ -355,6 +370,8 @@ struct Shared {
     committed: watch::Sender<u64>,
     stats: Mutex<CommitStats>,
     peer_seen: Mutex<Option<Instant>>,
+    /// When the last peer hint arrived.
+    hint_seen: Mutex<Option<Instant>>,
     rng: Mutex<SmallRng>,
     latencies: Arc<Mutex<Latencies>>,
     /// Requests submitted so far: each takes the next number as its arrival.
@@ -415,6 +432,51 @@ impl Shared {
             .is_some_and(|at| at.elapsed() <= self.config.yield_window)
     }
 
+    fn note_hint(&self) {
+        *self.hint_seen.lock().expect("hint lock poisoned") = Some(Instant::now());
+    }
+
+    fn hinted(&self) -> bool {
+        self.hint_seen
+            .lock()
+            .expect("hint lock poisoned")
+            .is_some_and(|at| at.elapsed() <= self.config.yield_window)
+    }
+
+    /// The longest pause after a win while a peer is active: the configured jitter while
+    /// hints arrive, else a share of this store's slot-create latency (see
+    /// [`CommitterConfig::unhinted_yield_creates`]).
+    fn yield_ceiling(&self) -> Duration {
+        if self.hinted() {
+            return self.config.yield_jitter;
+        }
+        self.unhinted_yield()
+    }
+
+    /// How long a store that saw no peer leaves a name free: one slot create, so a peer that
+    /// is ready to create the name lands first.
+    fn listening_pause(&self) -> Duration {
+        let create = self
+            .latencies
+            .lock()
+            .expect("latency lock poisoned")
+            .create
+            .unwrap_or_default();
+        self.config.yield_jitter.max(create)
+    }
+
+    /// The longest pause after a win without hints.
+    fn unhinted_yield(&self) -> Duration {
+        let hinted = self.config.yield_jitter;
+        let create = self
+            .latencies
+            .lock()
+            .expect("latency lock poisoned")
+            .create
+            .unwrap_or_default();
+        hinted.max(create * self.config.unhinted_yield_creates)
+    }
+
     fn next_seed(&self) -> u64 {
         self.rng.lock().expect("rng lock poisoned").random()
     }
@@ -464,6 +526,7 @@ impl Committer {
             served,
             stats: Mutex::default(),
             peer_seen: Mutex::default(),
+            hint_seen: Mutex::default(),
             latencies: Arc::default(),
             arrivals: AtomicU64::new(0),
             settled: Mutex::default(),
@@ -497,6 +560,7 @@ impl Committer {
             limit,
             yield_until: None,
             handoff_until: None,
+            last_listened: Instant::now(),
             own_slots: VecDeque::new(),
             shedding: VecDeque::new(),
             shed_waiters: Vec::new(),
@@ -636,6 +700,7 @@ impl Committer {
             members_kept: stats.members_kept,
             yields: stats.yields,
             handoffs: stats.handoffs,
+            listening_pauses: stats.listening_pauses,
         }
     }
 
@@ -822,6 +887,9 @@ struct Actor {
     limit: usize,
     yield_until: Option<Instant>,
     handoff_until: Option<Instant>,
+    /// When this store last left a name free, or last saw a peer (see
+    /// [`CommitterConfig::listen_every`]).
+    last_listened: Instant,
     /// `(first, last)` of this store's recent slots, oldest first.
     own_slots: VecDeque<(u64, u64)>,
     /// What checkpoints hold and the committer's states do not yet fold, oldest first.
@@ -1005,6 +1073,7 @@ impl Actor {
             }
             Msg::Close(done) => self.closing.get_or_insert_with(Vec::new).push(done),
             Msg::Follow(sequence) => {
+                self.shared.note_hint();
                 let ours = self
                     .own_slots
                     .iter()
@@ -1699,7 +1768,7 @@ impl Actor {
                 }
                 answer_batch(front, first);
                 if self.shared.peer_active() {
-                    let jitter = self.shared.config.yield_jitter.as_micros() as u64;
+                    let jitter = self.shared.yield_ceiling().as_micros() as u64;
                     if jitter > 0 {
                         let pause = self
                             .shared
@@ -1709,6 +1778,15 @@ impl Actor {
                             .random_range(1..=jitter);
                         self.yield_until = Some(Instant::now() + Duration::from_micros(pause));
                         self.shared.stats().yields += 1;
+                    }
+                    self.last_listened = Instant::now();
+                } else {
+                    let every = self.shared.config.listen_every;
+                    let busy = !self.batches.is_empty() || !self.queue.is_empty();
+                    if busy && !every.is_zero() && self.last_listened.elapsed() >= every {
+                        self.last_listened = Instant::now();
+                        self.yield_until = Some(Instant::now() + self.shared.listening_pause());
+                        self.shared.stats().listening_pauses += 1;
                     }
                 }
             }
