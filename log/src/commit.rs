@@ -29,8 +29,12 @@
 //!    A store that loses four in a row trails the log and jumps to its end by listing.
 //! 6. Several stores on one world: a store that applied another store's slot within
 //!    [`CommitterConfig::yield_window`] waits a random pause up to
-//!    [`CommitterConfig::yield_jitter`] after each win before its next create; a store alone
-//!    never waits. While a peer is active, a store reads each slot name it creates just
+//!    [`CommitterConfig::yield_jitter`] after each win before its next create (without hints
+//!    within that window, up to [`CommitterConfig::unhinted_yield_creates`] of its own
+//!    slot-create latencies). A busy store that saw no peer for
+//!    [`CommitterConfig::listen_every`] leaves one name free for a slot create after a win,
+//!    so a peer starving unseen takes it and its slot, which names its store, makes it seen:
+//!    without hints no store starves, at the price of that pause for a store alone. While a peer is active, a store reads each slot name it creates just
 //!    after its create would land, so a peer's winning slot is in hand about when the
 //!    refusal arrives and its next create follows at once, and batches may grow to
 //!    [`CommitterConfig::contended_batch_max`]. A winner learns of a loser only through peer hints: the loser's
@@ -38,8 +42,7 @@
 //!    the winner's [`Committer::follow`] sees a sequence inside its own slot and holds its
 //!    next create (at most [`CommitterConfig::handoff_wait`]) until the peer's slot appears;
 //!    a hint beyond what it serves makes it read the peer's slots before its next create
-//!    instead of losing that name to them. Contending stores so take turns instead of one
-//!    starving the other (without hints, a slower store can starve).
+//!    instead of losing that name to them. Contending stores so take turns.
 //!
 //! # Every answer at the tip
 //!
@@ -156,7 +159,7 @@ pub struct CommitterConfig {
     /// all that tells it a peer is there).
     pub unhinted_yield_creates: u32,
     /// A busy store that has seen no peer for this long leaves the next slot name free for
-    /// one pause after a win (one slot create): a peer starving unseen behind
+    /// one pause after a win (two slot creates): a peer starving unseen behind
     /// it takes that name, and its slot, which names its store, tells this store a peer is
     /// there. Zero never pauses.
     pub listen_every: Duration,
@@ -187,7 +190,7 @@ impl Default for CommitterConfig {
             max_documents: 0,
             policy_path: None,
             yield_window: Duration::from_secs(3),
-            yield_jitter: Duration::from_millis(30),
+            yield_jitter: Duration::from_millis(15),
             unhinted_yield_creates: 2,
             listen_every: Duration::from_secs(1),
             handoff_wait: Duration::from_millis(50),
@@ -453,8 +456,8 @@ impl Shared {
         self.unhinted_yield()
     }
 
-    /// How long a store that saw no peer leaves a name free: one slot create, so a peer that
-    /// is ready to create the name lands first.
+    /// How long a store that saw no peer leaves a name free: two slot creates, so a peer
+    /// that lost the name before (and read the slot that beat it) lands first.
     fn listening_pause(&self) -> Duration {
         let create = self
             .latencies
@@ -462,7 +465,7 @@ impl Shared {
             .expect("latency lock poisoned")
             .create
             .unwrap_or_default();
-        self.config.yield_jitter.max(create)
+        self.config.yield_jitter.max(create * 2)
     }
 
     /// The longest pause after a win without hints.
