@@ -22,7 +22,9 @@
 //!   contending stores) and, when it is beyond the served state, makes the next catalog read
 //!   probe the log instead of reusing the served state.
 //! - **The compactor** runs in the background on its own replica of the world (it replays
-//!   the slots it has not seen from the bucket), writes checkpoints when due by
+//!   the slots it has not seen from the bucket), looks at the bucket only while its replica
+//!   holds slots no checkpoint folds or after the store learned of new commits (its own,
+//!   races, hints, reads), so an idle world makes no request; it writes checkpoints when due by
 //!   [`BucketOptions::compaction`] (the policy reads time from the injected clock), adopts
 //!   peers' checkpoints and drops old ones. [`Store::close`] stops it.
 //! - **Changes.** With [`BucketOptions::change_ring`] > 0 a writable store feeds a
@@ -749,7 +751,20 @@ async fn compact(
     stop: CancellationToken,
     steps: watch::Sender<Option<Step>>,
 ) {
+    // What the store learned of the log: its own commits, races, hints and reads.
+    let mut learned = committer.as_ref().map(Committer::subscribe);
     loop {
+        // An idle world costs nothing: with everything folded and nothing learned since the
+        // last step, the bucket is not looked at until a commit or a hint.
+        if let Some(learned) = &mut learned
+            && replica.slots_since_base() == 0
+            && learned.borrow_and_update().sequence() <= replica.state().sequence()
+        {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = learned.changed() => if changed.is_err() { return },
+            }
+        }
         let pause = every + compactor.delay();
         tokio::select! {
             biased;

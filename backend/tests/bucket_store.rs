@@ -431,3 +431,70 @@ async fn a_precondition_reads_a_version_still_being_committed() {
     assert_eq!(policy.content, "strict");
     store.close().await;
 }
+
+/// Blob requests over hours of a paused clock.
+#[tokio::test(start_paused = true)]
+async fn an_idle_world_makes_no_bucket_request_and_a_watched_one_probes_at_most_every_poll() {
+    use quire_backend::ChangeSource;
+    use quire_backend::bucket::FOLLOW_POLL;
+
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let metered = Arc::new(Metered::new(memory.clone()));
+    let store = BucketStore::open(
+        metered.clone(),
+        BucketOptions {
+            // Production values, but two slots make a checkpoint due.
+            compaction: Some(Policy {
+                slots: 2,
+                ..Policy::default()
+            }),
+            change_ring: 16,
+            ..options("w/")
+        },
+    )
+    .await
+    .unwrap();
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    // Freshly created, nobody asks, nobody watches.
+    let before = metered.reading();
+    tokio::time::sleep(HOUR).await;
+    let idle = metered.reading().since(&before);
+    assert_eq!(idle.total_requests(), 0, "a new idle world: {idle:?}");
+
+    // After writes, the compactor folds them once, then the world rests again.
+    publish(&store, "/a.md", "one").await;
+    publish(&store, "/b.md", "two").await;
+    let mut steps = store.compaction_steps().unwrap();
+    tokio::time::timeout(
+        HOUR,
+        steps.wait_for(|step| matches!(step, Some(Step::Written { .. }))),
+    )
+    .await
+    .expect("the writes are checkpointed")
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let before = metered.reading();
+    tokio::time::sleep(HOUR).await;
+    let idle = metered.reading().since(&before);
+    assert_eq!(
+        idle.total_requests(),
+        0,
+        "an idle world after writes: {idle:?}"
+    );
+
+    // A watcher: one probe of the tip per poll, nothing else.
+    let hub = store.changes().unwrap();
+    let watch = hub.watch_head();
+    let before = metered.reading();
+    tokio::time::sleep(HOUR).await;
+    let reading = metered.reading().since(&before);
+    let polls = HOUR.as_secs() / FOLLOW_POLL.as_secs();
+    assert!(
+        reading.total_requests() <= polls,
+        "{} requests in an hour with a watcher (at most {polls}): {reading:?}",
+        reading.total_requests()
+    );
+    drop(watch);
+    store.close().await;
+}

@@ -8,7 +8,9 @@
 //! `closed_loop_{n}_stores` runs 1, 2 or 3 stores on one world, each with its own link to
 //! the one bucket and no peer hints between them, every store kept busy by closed-loop
 //! writers; it prints total writes/s, each store's share of the commits and its p99
-//! acknowledge latency.
+//! acknowledge latency, with and without hints. 2 and 3 stores, with and without hints, are
+//! also offered 250 writes/s in total (open loop), printing each store's share and p99.
+//! `QUIRE_BENCH_STATS=1` prints each store's slot races, yields and pauses.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -201,6 +203,15 @@ fn closed_loop_run(seed: u64, stores: u8, hints: bool, seconds: u64) -> ClosedLo
             latencies_per_store.push(latencies);
         }
         let elapsed = start.elapsed();
+        if std::env::var_os("QUIRE_BENCH_STATS").is_some() {
+            for c in peers.lock().unwrap().iter() {
+                let s = c.counters();
+                eprintln!(
+                    "  won {} lost {} yields {} handoffs {}",
+                    s.slots_won, s.slots_lost, s.yields, s.handoffs
+                );
+            }
+        }
         peers.lock().unwrap().clear();
         let total: usize = latencies_per_store.iter().map(Vec::len).sum();
         ClosedLoop {
@@ -210,6 +221,73 @@ fn closed_loop_run(seed: u64, stores: u8, hints: bool, seconds: u64) -> ClosedLo
                 .map(|l| (l.len() as f64 / total as f64, percentile(l, 0.99)))
                 .collect(),
         }
+    })
+}
+
+/// `stores` stores with peer hints between them, offered `rate` writes/s in total (spread
+/// round-robin) for `seconds` simulated seconds, each write timed from its offer: per store,
+/// its share of the commits and its p99.
+fn open_loop_stores_run(
+    seed: u64,
+    stores: u8,
+    hints: bool,
+    rate: u64,
+    seconds: u64,
+) -> Vec<(f64, Duration)> {
+    runtime().block_on(async {
+        let bucket: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+        let peers: Arc<std::sync::Mutex<Vec<Committer>>> = Arc::default();
+        let mut committers = Vec::new();
+        for s in 0..stores {
+            let hint_to = peers.clone();
+            let hook: quire_log::commit::CommittedHook = Arc::new(move |sequence| {
+                for (i, peer) in hint_to.lock().unwrap().iter().enumerate() {
+                    if i != usize::from(s) {
+                        peer.follow(sequence);
+                    }
+                }
+            });
+            let hook = hints.then_some(hook);
+            let (c, _) = committer_on(bucket.clone(), seed * 16 + u64::from(s), s + 1, hook);
+            committers.push(c);
+        }
+        *peers.lock().unwrap() = committers.clone();
+        let count = rate * seconds;
+        let start = tokio::time::Instant::now();
+        let mut tasks = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let offered = start + Duration::from_micros(i * 1_000_000 / rate);
+            let store = (i % u64::from(stores)) as usize;
+            let c = committers[store].clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep_until(offered).await;
+                c.submit(write(i)).await.unwrap();
+                (store, offered.elapsed())
+            }));
+        }
+        let mut per_store = vec![Vec::new(); usize::from(stores)];
+        for t in tasks {
+            let (store, latency) = t.await.unwrap();
+            per_store[store].push(latency);
+        }
+        if std::env::var_os("QUIRE_BENCH_STATS").is_some() {
+            for c in &committers {
+                let s = c.counters();
+                eprintln!(
+                    "  won {} lost {} yields {} handoffs {} listening {}",
+                    s.slots_won, s.slots_lost, s.yields, s.handoffs, s.listening_pauses
+                );
+            }
+        }
+        peers.lock().unwrap().clear();
+        let total: usize = per_store.iter().map(Vec::len).sum();
+        per_store
+            .into_iter()
+            .map(|mut l| {
+                l.sort_unstable();
+                (l.len() as f64 / total as f64, percentile(&l, 0.99))
+            })
+            .collect()
     })
 }
 
@@ -292,6 +370,17 @@ fn bench(c: &mut Criterion) {
                     .sum()
             })
         });
+    }
+    for (stores, hints) in [(2u8, true), (3, true), (2, false), (3, false)] {
+        let run = open_loop_stores_run(7, stores, hints, 250, 10);
+        let shares: Vec<String> = run
+            .iter()
+            .map(|(share, p99)| format!("{:.0}% p99 {p99:?}", share * 100.0))
+            .collect();
+        eprintln!(
+            "open loop 250 writes/s in total over {stores} stores, peer hints {hints} (simulated): {}",
+            shares.join(", "),
+        );
     }
     let summary = open_loop_run(7, 10);
     eprintln!(

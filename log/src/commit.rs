@@ -29,8 +29,12 @@
 //!    A store that loses four in a row trails the log and jumps to its end by listing.
 //! 6. Several stores on one world: a store that applied another store's slot within
 //!    [`CommitterConfig::yield_window`] waits a random pause up to
-//!    [`CommitterConfig::yield_jitter`] after each win before its next create; a store alone
-//!    never waits. While a peer is active, a store reads each slot name it creates just
+//!    [`CommitterConfig::yield_jitter`] after each win before its next create (without hints
+//!    within that window, up to [`CommitterConfig::unhinted_yield_creates`] of its own
+//!    slot-create latencies). A busy store that saw no peer for
+//!    [`CommitterConfig::listen_every`] leaves one name free for a slot create after a win,
+//!    so a peer starving unseen takes it and its slot, which names its store, makes it seen:
+//!    without hints no store starves, at the price of that pause for a store alone. While a peer is active, a store reads each slot name it creates just
 //!    after its create would land, so a peer's winning slot is in hand about when the
 //!    refusal arrives and its next create follows at once, and batches may grow to
 //!    [`CommitterConfig::contended_batch_max`]. A winner learns of a loser only through peer hints: the loser's
@@ -38,8 +42,7 @@
 //!    the winner's [`Committer::follow`] sees a sequence inside its own slot and holds its
 //!    next create (at most [`CommitterConfig::handoff_wait`]) until the peer's slot appears;
 //!    a hint beyond what it serves makes it read the peer's slots before its next create
-//!    instead of losing that name to them. Contending stores so take turns instead of one
-//!    starving the other (without hints, a slower store can starve).
+//!    instead of losing that name to them. Contending stores so take turns.
 //!
 //! # Every answer at the tip
 //!
@@ -189,8 +192,18 @@ pub struct CommitterConfig {
     pub policy_path: Option<DocPath>,
     /// How long after applying a peer's slot this store yields after its wins.
     pub yield_window: Duration,
-    /// The longest pause a yielding store takes.
+    /// The longest pause a yielding store takes while peer hints arrive.
     pub yield_jitter: Duration,
+    /// Without hints (none within `yield_window`), a yielding store pauses a random share of
+    /// this many of its own slot-create latencies: long enough that a peer which just lost a
+    /// slot to it can take the next one, so neither starves (the peer's slots in the log are
+    /// all that tells it a peer is there).
+    pub unhinted_yield_creates: u32,
+    /// A busy store that has seen no peer for this long leaves the next slot name free for
+    /// one pause after a win (two slot creates): a peer starving unseen behind
+    /// it takes that name, and its slot, which names its store, tells this store a peer is
+    /// there. Zero never pauses.
+    pub listen_every: Duration,
     /// The longest a store that learned a peer lost a slot to it holds its next create,
     /// giving the peer the next name (see [`Committer::follow`]).
     pub handoff_wait: Duration,
@@ -218,7 +231,9 @@ impl Default for CommitterConfig {
             max_documents: 0,
             policy_path: None,
             yield_window: Duration::from_secs(3),
-            yield_jitter: Duration::from_millis(30),
+            yield_jitter: Duration::from_millis(15),
+            unhinted_yield_creates: 2,
+            listen_every: Duration::from_secs(1),
             handoff_wait: Duration::from_millis(50),
             create_attempts: 12,
             backoff_base: Duration::from_millis(100),
@@ -293,6 +308,9 @@ pub struct CommitStats {
     pub yields: u64,
     /// Creates held back for a peer that lost a slot to this store.
     pub handoffs: u64,
+    /// Pauses a store that saw no peer took to leave a name free
+    /// ([`CommitterConfig::listen_every`]).
+    pub listening_pauses: u64,
 }
 
 /// How many of the newest batch sizes [`CommitStats::batch_sizes`] keeps.
@@ -396,6 +414,8 @@ struct Shared {
     committed: watch::Sender<u64>,
     stats: Mutex<CommitStats>,
     peer_seen: Mutex<Option<Instant>>,
+    /// When the last peer hint arrived.
+    hint_seen: Mutex<Option<Instant>>,
     rng: Mutex<SmallRng>,
     latencies: Arc<Mutex<Latencies>>,
     /// Requests submitted so far: each takes the next number as its arrival.
@@ -456,6 +476,51 @@ impl Shared {
             .is_some_and(|at| at.elapsed() <= self.config.yield_window)
     }
 
+    fn note_hint(&self) {
+        *self.hint_seen.lock().expect("hint lock poisoned") = Some(Instant::now());
+    }
+
+    fn hinted(&self) -> bool {
+        self.hint_seen
+            .lock()
+            .expect("hint lock poisoned")
+            .is_some_and(|at| at.elapsed() <= self.config.yield_window)
+    }
+
+    /// The longest pause after a win while a peer is active: the configured jitter while
+    /// hints arrive, else a share of this store's slot-create latency (see
+    /// [`CommitterConfig::unhinted_yield_creates`]).
+    fn yield_ceiling(&self) -> Duration {
+        if self.hinted() {
+            return self.config.yield_jitter;
+        }
+        self.unhinted_yield()
+    }
+
+    /// How long a store that saw no peer leaves a name free: two slot creates, so a peer
+    /// that lost the name before (and read the slot that beat it) lands first.
+    fn listening_pause(&self) -> Duration {
+        let create = self
+            .latencies
+            .lock()
+            .expect("latency lock poisoned")
+            .create
+            .unwrap_or_default();
+        self.config.yield_jitter.max(create * 2)
+    }
+
+    /// The longest pause after a win without hints.
+    fn unhinted_yield(&self) -> Duration {
+        let hinted = self.config.yield_jitter;
+        let create = self
+            .latencies
+            .lock()
+            .expect("latency lock poisoned")
+            .create
+            .unwrap_or_default();
+        hinted.max(create * self.config.unhinted_yield_creates)
+    }
+
     fn next_seed(&self) -> u64 {
         self.rng.lock().expect("rng lock poisoned").random()
     }
@@ -505,6 +570,7 @@ impl Committer {
             served,
             stats: Mutex::default(),
             peer_seen: Mutex::default(),
+            hint_seen: Mutex::default(),
             latencies: Arc::default(),
             arrivals: AtomicU64::new(0),
             settled: Mutex::default(),
@@ -538,6 +604,7 @@ impl Committer {
             limit,
             yield_until: None,
             handoff_until: None,
+            last_listened: Instant::now(),
             own_slots: VecDeque::new(),
             shedding: VecDeque::new(),
             shed_waiters: Vec::new(),
@@ -677,6 +744,7 @@ impl Committer {
             members_kept: stats.members_kept,
             yields: stats.yields,
             handoffs: stats.handoffs,
+            listening_pauses: stats.listening_pauses,
         }
     }
 
@@ -863,6 +931,9 @@ struct Actor {
     limit: usize,
     yield_until: Option<Instant>,
     handoff_until: Option<Instant>,
+    /// When this store last left a name free, or last saw a peer (see
+    /// [`CommitterConfig::listen_every`]).
+    last_listened: Instant,
     /// `(first, last)` of this store's recent slots, oldest first.
     own_slots: VecDeque<(u64, u64)>,
     /// What checkpoints hold and the committer's states do not yet fold, oldest first.
@@ -1046,6 +1117,7 @@ impl Actor {
             }
             Msg::Close(done) => self.closing.get_or_insert_with(Vec::new).push(done),
             Msg::Follow(sequence) => {
+                self.shared.note_hint();
                 let ours = self
                     .own_slots
                     .iter()
@@ -1772,7 +1844,7 @@ impl Actor {
                 }
                 answer_batch(front, first);
                 if self.shared.peer_active() {
-                    let jitter = self.shared.config.yield_jitter.as_micros() as u64;
+                    let jitter = self.shared.yield_ceiling().as_micros() as u64;
                     if jitter > 0 {
                         let pause = self
                             .shared
@@ -1782,6 +1854,15 @@ impl Actor {
                             .random_range(1..=jitter);
                         self.yield_until = Some(Instant::now() + Duration::from_micros(pause));
                         self.shared.stats().yields += 1;
+                    }
+                    self.last_listened = Instant::now();
+                } else {
+                    let every = self.shared.config.listen_every;
+                    let busy = !self.batches.is_empty() || !self.queue.is_empty();
+                    if busy && !every.is_zero() && self.last_listened.elapsed() >= every {
+                        self.last_listened = Instant::now();
+                        self.yield_until = Some(Instant::now() + self.shared.listening_pause());
+                        self.shared.stats().listening_pauses += 1;
                     }
                 }
             }

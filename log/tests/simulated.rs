@@ -164,26 +164,29 @@ async fn three_faulty_stores_lose_nothing() {
     faulty_stores_lose_nothing(3).await;
 }
 
-/// Two stores on real-GCS links with peer hints wired between them, each kept busy by
-/// closed-loop writers: neither falls below a third of the commits and nothing is lost.
-#[tokio::test(start_paused = true)]
-async fn two_hinted_stores_on_real_gcs_links_share_fairly() {
+/// `stores` stores on real-GCS links, with or without peer hints wired between them, each
+/// kept busy by closed-loop writers for `seconds`: the commits each store made (nothing is
+/// lost: the log holds exactly their sum).
+async fn contending_stores_commits(stores: u8, hints: bool, seconds: u64) -> Vec<u64> {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let end = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    let end = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
     let peers: Arc<std::sync::Mutex<Vec<Committer>>> = Arc::default();
     let mut committers = Vec::new();
     let mut tasks = Vec::new();
-    for s in 0..2u8 {
+    for s in 0..stores {
         let hint_to = peers.clone();
+        let hook: quire_log::commit::CommittedHook = Arc::new(move |sequence| {
+            for (i, other) in hint_to.lock().unwrap().iter().enumerate() {
+                if i != usize::from(s) {
+                    other.follow(sequence);
+                }
+            }
+        });
         let config = CommitterConfig {
             prefix: PREFIX.into(),
             store: StoreId([s + 1; 16]),
             seed: u64::from(s),
-            on_committed: Some(Arc::new(move |sequence| {
-                if let Some(other) = hint_to.lock().unwrap().get(1 - usize::from(s)) {
-                    other.follow(sequence);
-                }
-            })),
+            on_committed: hints.then_some(hook),
             ..CommitterConfig::default()
         };
         let sim = Simulated::real_gcs(memory.clone(), 40 + u64::from(s));
@@ -211,7 +214,7 @@ async fn two_hinted_stores_on_real_gcs_links_share_fairly() {
         }
     }
     *peers.lock().unwrap() = committers;
-    let mut done = [0u64; 2];
+    let mut done = vec![0u64; usize::from(stores)];
     for task in tasks {
         let (s, d) = task.await.unwrap();
         done[s] += d;
@@ -219,10 +222,43 @@ async fn two_hinted_stores_on_real_gcs_links_share_fairly() {
     peers.lock().unwrap().clear();
     let total: u64 = done.iter().sum();
     assert!(total > 0);
-    assert!(done.iter().all(|d| d * 3 >= total), "unfair split {done:?}");
     let state = replayed(memory.as_ref()).await;
     assert_eq!(
         state.sequence(),
         WorldState::genesis(WORLD).sequence() + total
     );
+    done
+}
+
+/// Every store's share of the commits is at least `floor`. The floors sit below the
+/// benchmark's targets (0.4 / 0.25 with hints, 0.15 without): a run's order of events is not
+/// fully fixed (hash-map order), and these guard against starvation (a starved store gets
+/// about 0.03), not the last points of a share.
+fn assert_shares(done: &[u64], floor: f64) {
+    let total: u64 = done.iter().sum();
+    assert!(
+        done.iter().all(|d| *d as f64 >= floor * total as f64),
+        "a store below {floor} of the commits: {done:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_hinted_stores_on_real_gcs_links_share_fairly() {
+    assert_shares(&contending_stores_commits(2, true, 4).await, 1.0 / 3.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_hinted_stores_on_real_gcs_links_share_fairly() {
+    assert_shares(&contending_stores_commits(3, true, 4).await, 0.2);
+}
+
+/// Without hints a store learns of its peers only from their slots in the log; none starves.
+#[tokio::test(start_paused = true)]
+async fn two_stores_without_hints_neither_starves() {
+    assert_shares(&contending_stores_commits(2, false, 4).await, 0.1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_stores_without_hints_none_starves() {
+    assert_shares(&contending_stores_commits(3, false, 4).await, 0.1);
 }

@@ -23,6 +23,14 @@
 //! cert = "cert.pem"                    # certificate is generated at start
 //! key = "key.pem"
 //!
+//! [peers]                             # optional: hint replicas of the same worlds
+//! listen = "0.0.0.0:6310"              # the hint listener (UDP, ALPN mark-peer)
+//! addresses = ["10.0.0.7:6310"]        # static peers, host:port
+//! dns = "quire-peers.internal:6310"    # optional: every address of this name is a peer
+//! resolve_every = "30s"                # how often the names are resolved again
+//! cert = "replica-cert.pem"            # the one certificate every replica presents and
+//! key = "replica-key.pem"              # accepts (PEM)
+//!
 //! [[worlds]]
 //! name = "docs"                        # [a-z0-9][a-z0-9_-]*, at most 63 characters
 //! authorities = ["docs.example.com"]   # SNI / Host names routed to this world: lowercase
@@ -365,6 +373,61 @@ pub struct TlsConfig {
     pub key: PathBuf,
 }
 
+/// Peer hints (`[peers]`): where this replica listens for hints, where its peers are, and
+/// the replica certificate all of them share (see `crate::peers`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeersConfig {
+    #[serde(default = "default_peer_listen")]
+    pub listen: SocketAddr,
+    /// Static peers, `host:port`.
+    #[serde(default)]
+    pub addresses: Vec<String>,
+    /// A `name:port` whose every address is a peer, re-resolved every `resolve_every`.
+    pub dns: Option<String>,
+    #[serde(default = "default_resolve_every", deserialize_with = "duration")]
+    pub resolve_every: Duration,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The reference's hint port, on every address.
+pub const DEFAULT_PEER_ADDRESS: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 6310);
+
+fn default_peer_listen() -> SocketAddr {
+    DEFAULT_PEER_ADDRESS
+}
+
+fn default_resolve_every() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl PeersConfig {
+    fn validate(&self) -> Result<(), String> {
+        for entry in self.addresses.iter().chain(self.dns.iter()) {
+            let port = entry
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            match port {
+                Some((host, Ok(port))) if !host.is_empty() && port != 0 => {}
+                _ => {
+                    return Err(format!(
+                        "[peers] {entry:?} is not host:port with a port above zero"
+                    ));
+                }
+            }
+        }
+        if self.resolve_every.is_zero() || self.resolve_every > crate::limits::MAX_WAIT {
+            return Err(format!(
+                "[peers] resolve_every {:?} must be above zero and at most a day",
+                self.resolve_every
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Where a world lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendConfig {
@@ -452,6 +515,8 @@ pub struct Config {
     pub listen: ListenConfig,
     /// `None`: generate a self-signed development certificate.
     pub tls: Option<TlsConfig>,
+    /// `None`: no peer hints.
+    pub peers: Option<PeersConfig>,
     pub worlds: Vec<WorldConfig>,
 }
 
@@ -490,6 +555,10 @@ impl Config {
         if let Some(tls) = &mut self.tls {
             resolve(&mut tls.cert);
             resolve(&mut tls.key);
+        }
+        if let Some(peers) = &mut self.peers {
+            resolve(&mut peers.cert);
+            resolve(&mut peers.key);
         }
         for world in &mut self.worlds {
             match &mut world.backend {
@@ -543,6 +612,7 @@ struct ConfigFile {
     #[serde(default)]
     listen: ListenConfig,
     tls: Option<TlsConfig>,
+    peers: Option<PeersConfig>,
     #[serde(default)]
     worlds: Vec<Spanned<RawWorld>>,
 }
@@ -644,6 +714,9 @@ impl ConfigFile {
             return Err("no [[worlds]]: configure at least one world".to_owned());
         }
         self.listen.validate()?;
+        if let Some(peers) = &self.peers {
+            peers.validate()?;
+        }
         let several = self.worlds.len() > 1;
         let mut names: BTreeMap<WorldName, ()> = BTreeMap::new();
         let mut routes: BTreeMap<Authority, WorldName> = BTreeMap::new();
@@ -718,6 +791,7 @@ impl ConfigFile {
         Ok(Config {
             listen: self.listen,
             tls: self.tls,
+            peers: self.peers,
             worlds,
         })
     }
@@ -1492,7 +1566,7 @@ root = "./notes"
         let error = parse("verison = 1\n").unwrap_err();
         assert_eq!(
             error.to_string(),
-            "config parse \"quire.toml\": invalid: line 1: unknown field `verison`, expected one of `version`, `listen`, `tls`, `worlds`"
+            "config parse \"quire.toml\": invalid: line 1: unknown field `verison`, expected one of `version`, `listen`, `tls`, `peers`, `worlds`"
         );
     }
 
@@ -1556,6 +1630,46 @@ root = "./notes"
         }
         for bad in ["", "a/b", "a:b", &"a".repeat(65)] {
             assert!(WorldId::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn peers_parse_with_defaults_and_resolve_their_paths() {
+        let text = format!(
+            "[peers]\naddresses = [\"10.0.0.7:6310\", \"peer.example:7000\"]\ndns = \"quire-peers.internal:6310\"\ncert = \"replica.pem\"\nkey = \"/etc/replica-key.pem\"\n\n{}",
+            with_backend("kind = \"file\"\nroot = \"notes\"\n")
+        );
+        let mut config = parse(&text).unwrap();
+        let peers = config.peers.clone().expect("[peers] parsed");
+        assert_eq!(peers.listen, DEFAULT_PEER_ADDRESS);
+        assert_eq!(peers.addresses, ["10.0.0.7:6310", "peer.example:7000"]);
+        assert_eq!(peers.dns.as_deref(), Some("quire-peers.internal:6310"));
+        assert_eq!(peers.resolve_every, Duration::from_secs(30));
+        config.resolve_paths(Path::new("/srv/quire"));
+        let peers = config.peers.unwrap();
+        assert_eq!(peers.cert, Path::new("/srv/quire/replica.pem"));
+        assert_eq!(peers.key, Path::new("/etc/replica-key.pem"));
+        assert_eq!(parse(FULL).unwrap().peers, None);
+    }
+
+    #[test]
+    fn bad_peers_are_refused() {
+        let world = with_backend("kind = \"file\"\nroot = \"notes\"\n");
+        for (peers, mentions) in [
+            (
+                "addresses = [\"10.0.0.7\"]\ncert = \"c\"\nkey = \"k\"\n",
+                "host:port",
+            ),
+            ("dns = \"name:0\"\ncert = \"c\"\nkey = \"k\"\n", "host:port"),
+            (
+                "resolve_every = \"0s\"\ncert = \"c\"\nkey = \"k\"\n",
+                "resolve_every",
+            ),
+            ("cert = \"c\"\n", "missing field `key`"),
+            ("cert = \"c\"\nkey = \"k\"\nport = 1\n", "unknown field"),
+        ] {
+            let error = parse(&format!("[peers]\n{peers}\n{world}")).expect_err(peers);
+            assert!(error.detail().contains(mentions), "{peers}: {error}");
         }
     }
 }

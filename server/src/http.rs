@@ -153,6 +153,11 @@ impl Metrics {
         metrics
     }
 
+    /// The registry, for metrics owned elsewhere (peer hints).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// Records one answered request (any transport).
     pub fn observe(&self, world: &str, verb: Verb, status: Status, started: Instant) {
         self.requests

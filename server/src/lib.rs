@@ -11,6 +11,9 @@
 //!   `/livez`, `/readyz`, `/metrics`.
 //! - [`tls`]: the server certificate (configured or a generated development one), reloadable,
 //!   and the TLS 1.3 / ALPN `mark` / SNI rules of the QUIC listener.
+//! - [`peers`]: peer hints between replicas (QUIC `mark-peer`, the shared replica
+//!   certificate, per-peer senders that coalesce per world, the listener that hands a hint
+//!   to its world's follower).
 //! - [`mark_client`]: the QUIC client the CLI and tests use (`mark://` URLs, trust choices).
 //! - [`reload`]: what SIGHUP reloads (certificates and tokens files).
 //! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
@@ -18,7 +21,7 @@
 //! - [`limits`]: per-world admission, per client (token label, else peer address) with the
 //!   world's caps as a backstop (concurrent requests in a short queue, requests per second
 //!   with burst, open watches) and per-connection watch slots, with retry hints.
-//! - [`config`]: the strict TOML configuration (listeners, TLS, worlds with their backend,
+//! - [`config`]: the strict TOML configuration (listeners, TLS, peers, worlds with their backend,
 //!   authorities, tokens, limits and publish policy) and the embedded default.
 //! - [`policy`]: the publish policy document and the store decorator that enforces it.
 //! - [`store_metrics`]: per-world store metrics (commit batches, slot races, blob traffic).
@@ -51,6 +54,7 @@ pub mod mark;
 pub mod mark_client;
 pub mod mcp;
 pub mod outline;
+pub mod peers;
 pub mod policy;
 pub mod quic;
 pub mod reload;

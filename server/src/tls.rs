@@ -227,7 +227,7 @@ impl ResolvesServerCert for WorldResolver {
     }
 }
 
-fn load_certified_key(cert: &Path, key: &Path, op: Op) -> Result<CertifiedKey, Error> {
+pub(crate) fn load_certified_key(cert: &Path, key: &Path, op: Op) -> Result<CertifiedKey, Error> {
     let cert_key = cert.display().to_string();
     let key_key = key.display().to_string();
     let chain_text = std::fs::read(cert)

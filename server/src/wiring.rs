@@ -1,15 +1,17 @@
 //! The one place that names concrete backends and blob drivers: the store factory the world
 //! manager opens every world with. Everything else sees worlds through `quire_backend::Store`.
 //! Every writable world keeps a change ring of [`DEFAULT_RING`] events, so WATCH is served.
+//! With peer hints ([`HintingBackends`]) every bucket world reports its commits to the hint
+//! senders and takes peers' hints under its world id.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use quire_backend::Store;
 use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::changes::DEFAULT_RING;
 use quire_backend::file::{FileOptions, FileStore};
+use quire_backend::{Follower, Store};
 use quire_blob::BlobStore;
 use quire_blob::file::FileStore as FileBlobs;
 use quire_blob::gcs::{GcsAuth, GcsConfig, GcsStore};
@@ -17,6 +19,7 @@ use quire_blob::memory::MemoryStore;
 use quire_blob::s3::{S3Config, S3Store};
 
 use crate::config::{BackendConfig, BucketDriver, WorldConfig};
+use crate::peers::Peers;
 use crate::worlds::{OpenError, StoreFactory};
 
 /// Opens file stores and bucket stores over the memory, file, S3 and GCS drivers.
@@ -26,6 +29,28 @@ pub struct Backends;
 #[async_trait]
 impl StoreFactory for Backends {
     async fn open(&self, world: &WorldConfig) -> Result<Arc<dyn Store>, OpenError> {
+        open_world(world, None).await
+    }
+}
+
+/// [`Backends`] whose bucket worlds send and take peer hints through `peers`.
+#[derive(Debug)]
+pub struct HintingBackends {
+    pub peers: Arc<Peers>,
+}
+
+#[async_trait]
+impl StoreFactory for HintingBackends {
+    async fn open(&self, world: &WorldConfig) -> Result<Arc<dyn Store>, OpenError> {
+        open_world(world, Some(&self.peers)).await
+    }
+}
+
+async fn open_world(
+    world: &WorldConfig,
+    peers: Option<&Arc<Peers>>,
+) -> Result<Arc<dyn Store>, OpenError> {
+    {
         let name = world.name.as_str();
         let fail = |error: &dyn std::fmt::Display| OpenError::new(name, error.to_string());
         match &world.backend {
@@ -52,7 +77,20 @@ impl StoreFactory for Backends {
                     })?),
                 };
                 let (blobs, prefix) = blob_store(driver).await.map_err(|error| fail(&error))?;
+                // The world id is known once the store opened; nothing commits before.
+                let world_id: Arc<OnceLock<String>> = Arc::default();
+                let on_committed = peers.map(|peers| {
+                    let peers = peers.clone();
+                    let world_id = world_id.clone();
+                    let hook: quire_log::commit::CommittedHook = Arc::new(move |sequence| {
+                        if let Some(id) = world_id.get() {
+                            peers.committed(id, sequence);
+                        }
+                    });
+                    hook
+                });
                 let options = BucketOptions {
+                    on_committed,
                     prefix,
                     world: expected,
                     read_only: world.read_only,
@@ -61,10 +99,18 @@ impl StoreFactory for Backends {
                     change_ring: DEFAULT_RING,
                     ..BucketOptions::default()
                 };
-                let store = BucketStore::open(blobs, options)
-                    .await
-                    .map_err(|error| fail(&error))?;
-                Ok(Arc::new(store))
+                let store = Arc::new(
+                    BucketStore::open(blobs, options)
+                        .await
+                        .map_err(|error| fail(&error))?,
+                );
+                if let Some(peers) = peers {
+                    let id = store.world().to_string();
+                    let _ = world_id.set(id.clone());
+                    let follower = store.clone();
+                    peers.register(id, Arc::new(move |sequence| follower.follow(sequence)));
+                }
+                Ok(store)
             }
         }
     }

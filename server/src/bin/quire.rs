@@ -328,7 +328,16 @@ async fn serve(
     if let Some(address) = quic_address {
         config.listen.quic = address;
     }
-    let (worlds, development) = Worlds::open(&config, &wiring::Backends).await?;
+    let peers = quire_server::peers::Peers::new();
+    let (worlds, development) = match &config.peers {
+        None => Worlds::open(&config, &wiring::Backends).await?,
+        Some(_) => {
+            let backends = wiring::HintingBackends {
+                peers: peers.clone(),
+            };
+            Worlds::open(&config, &backends).await?
+        }
+    };
     for token in &development {
         println!(
             "development token for world {:?} (shown once): {}",
@@ -346,7 +355,14 @@ async fn serve(
         }
     }
     let worlds = Arc::new(worlds);
-    let metrics = Arc::new(http::Metrics::for_worlds(worlds.clone()));
+    let mut metrics = http::Metrics::for_worlds(worlds.clone());
+    peers.counters().register(metrics.registry_mut());
+    let metrics = Arc::new(metrics);
+    let peer_stop = tokio_util::sync::CancellationToken::new();
+    let peer_server = match &config.peers {
+        None => None,
+        Some(peer_config) => Some(start_peers(peer_config, peers.clone(), peer_stop.clone())?),
+    };
     let certificates = Arc::new(server_certificates(&config, config_path.as_deref())?);
     let settings = QuicSettings::from(&config.listen);
     let endpoint = quic::bind(&settings, &certificates, worlds.clone())
@@ -382,8 +398,42 @@ async fn serve(
     let _ = stop.send(true);
     quic_server.await?;
     http_server.await??;
+    peer_stop.cancel();
+    if let Some(peer_server) = peer_server {
+        peer_server.await?;
+    }
     worlds.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Binds the hint listener and starts the senders; both stop when `stop` is cancelled.
+fn start_peers(
+    config: &quire_server::config::PeersConfig,
+    peers: Arc<quire_server::peers::Peers>,
+    stop: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use quire_server::peers::{ReplicaIdentity, listener, sender};
+    let identity = ReplicaIdentity::from_files(&config.cert, &config.key)?;
+    let endpoint = listener::bind(config.listen, &identity, &peers)
+        .with_context(|| format!("bind {} (UDP, peer hints)", config.listen))?;
+    let own = endpoint.local_addr()?;
+    println!("serving peer hints on {own}");
+    let set = sender::PeerSet {
+        addresses: config.addresses.clone(),
+        dns: config.dns.clone(),
+        resolve_every: config.resolve_every,
+        own,
+    };
+    tokio::spawn(sender::run(
+        peers.clone(),
+        identity,
+        set,
+        sender::SenderSettings::default(),
+        stop.clone(),
+    ));
+    Ok(tokio::spawn(listener::serve(endpoint, peers, async move {
+        stop.cancelled().await
+    })))
 }
 
 /// The configured certificate, or a development certificate for every world's authorities
