@@ -5,7 +5,8 @@
 //!   against them, then the conformance table.
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
-//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, or `all`), in the release profile.
+//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, `flood`, `writes`, or `all`), in
+//!   the release profile.
 //! - `gate`: the reliability gate at full size, in the release profile (its short form runs
 //!   with the tests).
 
@@ -40,7 +41,9 @@ enum Task {
     Gate(gate::GateArgs),
     /// Run a benchmark: `commit` (group commit on a simulated bucket), `coldstart` (a
     /// million-document world on the file driver), `search` (body search over generated
-    /// markdown on the file driver), or `all`. Arguments after `--` go to the
+    /// markdown on the file driver), `flood` (a real server's memory and a normal client's
+    /// latency under a flood of slow connections), `writes` (writes/s one client and several
+    /// get from the embedded default), or `all`. Arguments after `--` go to the
     /// benchmark (e.g. `cargo xtask bench coldstart -- --docs 100000`).
     Bench {
         #[arg(value_enum, default_value = "all")]
@@ -55,18 +58,22 @@ enum Bench {
     Commit,
     Coldstart,
     Search,
+    Flood,
+    Writes,
     All,
 }
 
 /// The benchmarks: (name, package, bench target).
-const BENCHES: [(Bench, &str, &str); 3] = [
+const BENCHES: &[(Bench, &str, &str)] = &[
     (Bench::Commit, "quire-log", "commit"),
     (Bench::Coldstart, "quire-checkpoint", "coldstart"),
     (Bench::Search, "quire-backend", "search"),
+    (Bench::Flood, "quire-server", "flood"),
+    (Bench::Writes, "quire-server", "writes"),
 ];
 
 fn bench(which: Bench, args: &[String]) -> Result<()> {
-    for (name, package, target) in BENCHES {
+    for &(name, package, target) in BENCHES {
         if which != Bench::All && which != name {
             continue;
         }
