@@ -17,10 +17,10 @@ use quire_checkpoint::keys::{
     checkpoint_key, history_key, parse_checkpoint_key, root_key, shard_key,
 };
 use quire_checkpoint::{OpenOptions, Replica};
+use quire_log::Hash;
 use quire_log::keys::{parse_slot_key, slot_key};
 use quire_log::marker::Marker;
 use quire_log::slot::EncodedSlot;
-use quire_log::Hash;
 
 /// One stored object and how to decode it.
 #[derive(Clone, Debug)]
@@ -153,7 +153,12 @@ fn objects() -> Vec<Object> {
                     let docs =
                         decode_shard("shard", &shard_bytes, tier.bits, index as u32, sequence)
                             .unwrap();
-                    objects.push(Object::Shard(tier.bits, index as u32, sequence, shard_bytes));
+                    objects.push(Object::Shard(
+                        tier.bits,
+                        index as u32,
+                        sequence,
+                        shard_bytes,
+                    ));
                     for doc in docs {
                         for block in doc.history.iter() {
                             objects.push(Object::History(
@@ -219,7 +224,11 @@ fn every_real_object_decodes_and_encodes_to_its_own_bytes() {
         );
     }
     for object in &objects {
-        assert_eq!(object.decodes_canonically(object.bytes()), Ok(true), "{object:?}");
+        assert_eq!(
+            object.decodes_canonically(object.bytes()),
+            Ok(true),
+            "{object:?}"
+        );
     }
 }
 

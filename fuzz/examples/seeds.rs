@@ -11,10 +11,10 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use quire_checkpoint::format::{
-    Checkpoint, DEFAULT_WIDTHS, Root, decode_shard, path_hash,
+use quire_checkpoint::format::{Checkpoint, DEFAULT_WIDTHS, Root, decode_shard, path_hash};
+use quire_checkpoint::keys::{
+    checkpoint_key, history_key, parse_checkpoint_key, root_key, shard_key,
 };
-use quire_checkpoint::keys::{checkpoint_key, history_key, parse_checkpoint_key, root_key, shard_key};
 use quire_checkpoint::{OpenOptions, Replica};
 use quire_log::keys::parse_slot_key;
 
@@ -56,7 +56,11 @@ async fn world_objects() {
     };
     for (key, bytes) in &objects {
         if let Some(sequence) = parse_slot_key(common::PREFIX, key) {
-            write("slot", &format!("{sequence}"), &joined(&[&sequence.to_be_bytes(), bytes]));
+            write(
+                "slot",
+                &format!("{sequence}"),
+                &joined(&[&sequence.to_be_bytes(), bytes]),
+            );
         }
         if key.ends_with("marker") {
             write("marker", "marker", bytes);
@@ -64,8 +68,13 @@ async fn world_objects() {
         let Some(sequence) = parse_checkpoint_key(common::PREFIX, key) else {
             continue;
         };
-        write("checkpoint", &format!("{sequence}"), &joined(&[&sequence.to_be_bytes(), bytes]));
-        let checkpoint = Checkpoint::decode(&checkpoint_key(common::PREFIX, sequence), sequence, bytes).unwrap();
+        write(
+            "checkpoint",
+            &format!("{sequence}"),
+            &joined(&[&sequence.to_be_bytes(), bytes]),
+        );
+        let checkpoint =
+            Checkpoint::decode(&checkpoint_key(common::PREFIX, sequence), sequence, bytes).unwrap();
         let root_bytes = get(&root_key(common::PREFIX, &checkpoint.root));
         write(
             "root",
@@ -85,9 +94,15 @@ async fn world_objects() {
                 write(
                     "shard",
                     &format!("{sequence}-{t}-{index}"),
-                    &joined(&[&[tier.bits], &(index as u64).to_be_bytes(), &sequence.to_be_bytes(), &shard_bytes]),
+                    &joined(&[
+                        &[tier.bits],
+                        &(index as u64).to_be_bytes(),
+                        &sequence.to_be_bytes(),
+                        &shard_bytes,
+                    ]),
                 );
-                let docs = decode_shard("shard", &shard_bytes, tier.bits, index as u32, sequence).unwrap();
+                let docs =
+                    decode_shard("shard", &shard_bytes, tier.bits, index as u32, sequence).unwrap();
                 for doc in docs {
                     for block in doc.history.iter() {
                         let block_bytes = get(&history_key(common::PREFIX, &block.hash));
@@ -116,27 +131,46 @@ fn protocol_examples() {
     let requests = [
         Request::new(Verb::Fetch, "/a.md"),
         Request::new(Verb::Fetch, "/notes/").with_meta("if-none-match", "abc"),
-        Request::new(Verb::List, "/").with_meta("page-size", "2").with_meta("cursor", "x"),
-        Request::new(Verb::Lookup, "/").with_meta("query", "alpha beta").with_meta("limit", "5"),
+        Request::new(Verb::List, "/")
+            .with_meta("page-size", "2")
+            .with_meta("cursor", "x"),
+        Request::new(Verb::Lookup, "/")
+            .with_meta("query", "alpha beta")
+            .with_meta("limit", "5"),
         Request::new(Verb::Publish, "/n/a.md")
             .with_meta("auth", "secret")
             .with_meta("title", "A: \"quoted\" 'value'")
             .with_meta("tags", "a, b")
             .with_body("---\nnot: metadata\n---\n# Body\n"),
-        Request::new(Verb::Append, "/n/a.md").with_meta("expected-version", "3").with_body("more\n"),
+        Request::new(Verb::Append, "/n/a.md")
+            .with_meta("expected-version", "3")
+            .with_body("more\n"),
         Request::new(Verb::Watch, "/").with_meta("since", "e1:42"),
     ];
     for (i, request) in requests.iter().enumerate() {
-        write("mark_request", &format!("{i}"), &joined(&[&[i as u8 * 7], &request.encode().unwrap()]));
+        write(
+            "mark_request",
+            &format!("{i}"),
+            &joined(&[&[i as u8 * 7], &request.encode().unwrap()]),
+        );
     }
     let responses = [
-        Response::new(Status::Ok).with_meta("version", "3").with_meta("etag", "abc").with_body("# A\n"),
+        Response::new(Status::Ok)
+            .with_meta("version", "3")
+            .with_meta("etag", "abc")
+            .with_body("# A\n"),
         Response::error(Status::NotFound, "no document at /x.md"),
         Response::new(Status::RateLimited).with_meta("retry-after", "1"),
-        Response::new(Status::Ok).with_meta("title", "multi: colon # hash").with_body("---\n"),
+        Response::new(Status::Ok)
+            .with_meta("title", "multi: colon # hash")
+            .with_body("---\n"),
     ];
     for (i, response) in responses.iter().enumerate() {
-        write("mark_response", &format!("{i}"), &joined(&[&[i as u8 * 5], &response.encode()]));
+        write(
+            "mark_response",
+            &format!("{i}"),
+            &joined(&[&[i as u8 * 5], &response.encode()]),
+        );
     }
     let cursor = |n| WatchCursor::new("e1", n).unwrap();
     let blocks = [
@@ -151,20 +185,63 @@ fn protocol_examples() {
         }),
         WatchBlock::control(Status::Resync, cursor(5)),
     ];
-    let stream: Vec<u8> = blocks.iter().flat_map(|b| b.encode().unwrap().to_vec()).collect();
+    let stream: Vec<u8> = blocks
+        .iter()
+        .flat_map(|b| b.encode().unwrap().to_vec())
+        .collect();
     write("watch_stream", "stream", &joined(&[&[3], &stream]));
-    write("watch_stream", "one", &joined(&[&[63], &blocks[1].encode().unwrap()]));
-    write("stored_values", "plain", b"/notes/a.md\0title\0Hello: world\0tags\0a, b\0agent\0w (x)");
-    write("stored_values", "time", "/t.md\0modified\02026-01-01T00:00:00Z\0note\0caf\u{e9} \u{2192}".as_bytes());
-    write("http_request", "get", b"\0/notes/a%20b.md?include-archived=1\0if-none-match\0\"abc\"");
-    write("http_request", "list", b"\0/notes/?list&page-size=2&cursor=x\0authorization\0Bearer t");
-    write("http_request", "put", b"\x02/notes/a.md\0meta-title\0Hello\0if-match\0\"3\"\0meta-tags\0a,b");
-    write("http_request", "post", b"\x03/notes/a.md?append\0expected-version\04");
-    write("http_request", "watch", b"\0/?watch&since=e1%3A4\0if-modified-since\0Tue, 01 Dec 2026 10:00:00 GMT");
+    write(
+        "watch_stream",
+        "one",
+        &joined(&[&[63], &blocks[1].encode().unwrap()]),
+    );
+    write(
+        "stored_values",
+        "plain",
+        b"/notes/a.md\0title\0Hello: world\0tags\0a, b\0agent\0w (x)",
+    );
+    write(
+        "stored_values",
+        "time",
+        "/t.md\0modified\02026-01-01T00:00:00Z\0note\0caf\u{e9} \u{2192}".as_bytes(),
+    );
+    write(
+        "http_request",
+        "get",
+        b"\0/notes/a%20b.md?include-archived=1\0if-none-match\0\"abc\"",
+    );
+    write(
+        "http_request",
+        "list",
+        b"\0/notes/?list&page-size=2&cursor=x\0authorization\0Bearer t",
+    );
+    write(
+        "http_request",
+        "put",
+        b"\x02/notes/a.md\0meta-title\0Hello\0if-match\0\"3\"\0meta-tags\0a,b",
+    );
+    write(
+        "http_request",
+        "post",
+        b"\x03/notes/a.md?append\0expected-version\04",
+    );
+    write(
+        "http_request",
+        "watch",
+        b"\0/?watch&since=e1%3A4\0if-modified-since\0Tue, 01 Dec 2026 10:00:00 GMT",
+    );
     let tokens = "[tokens.writer]\nhash = \"sha256-0000000000000000000000000000000000000000000000000000000000000000\"\noperations = [\"publish\"]\npaths = [\"/**\"]\n\n[tokens.reader]\nhash = \"sha256-1111111111111111111111111111111111111111111111111111111111111111\"\noperations = [\"read\"]\npaths = [\"/notes/*.md\", \"/docs/**/secret.md\", \"/private/\"]\nexpires = \"2030-01-01T00:00:00Z\"\n";
-    write("tokens", "two", format!("{tokens}\0secret\0/notes/a.md").as_bytes());
+    write(
+        "tokens",
+        "two",
+        format!("{tokens}\0secret\0/notes/a.md").as_bytes(),
+    );
     write("tokens", "pattern", b"/docs/**/x.md\0\0/docs/a/b/x.md");
-    write("config", "default", quire_server::config::DEFAULT_CONFIG.as_bytes());
+    write(
+        "config",
+        "default",
+        quire_server::config::DEFAULT_CONFIG.as_bytes(),
+    );
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -24,7 +24,10 @@ fuzz_target!(|text: &str| {
     usable(listen.shutdown_timeout, "shutdown_timeout");
     usable(listen.http_header_timeout, "http_header_timeout");
     usable(listen.http_body_timeout, "http_body_timeout");
-    assert!(!listen.idle_timeout.is_zero(), "idle_timeout 0 disables QUIC idle timeouts");
+    assert!(
+        !listen.idle_timeout.is_zero(),
+        "idle_timeout 0 disables QUIC idle timeouts"
+    );
     for world in &config.worlds {
         usable(world.limits.request_timeout, "request_timeout");
         usable(world.limits.queue_wait, "queue_wait");

@@ -11,7 +11,13 @@ use quire_server::mark::wire::Request;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
-const METHODS: [Method; 5] = [Method::GET, Method::HEAD, Method::PUT, Method::POST, Method::DELETE];
+const METHODS: [Method; 5] = [
+    Method::GET,
+    Method::HEAD,
+    Method::PUT,
+    Method::POST,
+    Method::DELETE,
+];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&method, rest)) = data.split_first() else {

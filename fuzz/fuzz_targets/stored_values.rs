@@ -7,8 +7,8 @@ use libfuzzer_sys::fuzz_target;
 use quire_fuzz::fields;
 use quire_log::DocPath;
 use quire_log::metadata::{self, Metadata};
-use quire_server::mark::wire::{Response, Status, WatchBlock, WatchCursor, WatchEvent};
 use quire_server::mark::ErrorKind;
+use quire_server::mark::wire::{Response, Status, WatchBlock, WatchCursor, WatchEvent};
 
 fuzz_target!(|data: &[u8]| {
     let Some(fields) = fields(data) else {
@@ -25,7 +25,12 @@ fuzz_target!(|data: &[u8]| {
     }
     let written: Metadata = pairs
         .chunks(2)
-        .map(|pair| (pair[0].to_owned(), pair.get(1).copied().unwrap_or("").to_owned()))
+        .map(|pair| {
+            (
+                pair[0].to_owned(),
+                pair.get(1).copied().unwrap_or("").to_owned(),
+            )
+        })
         .collect();
     let Ok(stored) = metadata::normalize(&written) else {
         return;

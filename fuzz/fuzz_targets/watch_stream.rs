@@ -33,6 +33,9 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(chunked_failed, whole_failed);
     for block in whole {
         let encoded = block.encode().expect("a parsed block encodes");
-        assert_eq!(WatchBlock::parse(&encoded).expect("an encoded block parses"), block);
+        assert_eq!(
+            WatchBlock::parse(&encoded).expect("an encoded block parses"),
+            block
+        );
     }
 });

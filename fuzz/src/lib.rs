@@ -53,5 +53,7 @@ pub fn take_u64(data: &[u8]) -> (u64, &[u8]) {
 
 /// The input as text split at NUL characters, or `None` when it is not UTF-8.
 pub fn fields(data: &[u8]) -> Option<Vec<&str>> {
-    std::str::from_utf8(data).ok().map(|text| text.split('\0').collect())
+    std::str::from_utf8(data)
+        .ok()
+        .map(|text| text.split('\0').collect())
 }

@@ -63,7 +63,12 @@ fn args() -> Args {
 
 /// The `n`-th flooding client's own loopback address in block `block` (127.<block>.x.y).
 fn flooder(block: u8, n: usize) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, block, (n / 250) as u8, (n % 250 + 1) as u8))
+    IpAddr::V4(Ipv4Addr::new(
+        127,
+        block,
+        (n / 250) as u8,
+        (n % 250 + 1) as u8,
+    ))
 }
 
 async fn connect_from(source: IpAddr, server: SocketAddr) -> std::io::Result<TcpStream> {
@@ -183,7 +188,11 @@ async fn main() {
         let (trust, quic, stop) = (trust.clone(), served.quic, stop.clone());
         // Every other connection writes with the development token (admitted up to its
         // share), the rest with an unknown one (refused at the request's head).
-        let token = if n % 2 == 0 { served.token.clone() } else { "quire_unknown".to_owned() };
+        let token = if n % 2 == 0 {
+            served.token.clone()
+        } else {
+            "quire_unknown".to_owned()
+        };
         let opened = half_streams.clone();
         flood.spawn(async move {
             let Ok(client) = Client::bind(SocketAddr::new(flooder(3, n), 0), &trust) else {
@@ -198,7 +207,8 @@ async fn main() {
                     break;
                 };
                 opened.fetch_add(1, Ordering::Relaxed);
-                let mut request = format!("PUBLISH /bench/q.md\n---\nauth: {token}\n---\n").into_bytes();
+                let mut request =
+                    format!("PUBLISH /bench/q.md\n---\nauth: {token}\n---\n").into_bytes();
                 request.resize(request.len() + 512 * 1024, b'q');
                 // Flow control stops the write part-way: that is the point.
                 let _ = tokio::time::timeout(Duration::from_millis(200), send.write_all(&request))
@@ -218,7 +228,8 @@ async fn main() {
         tokio::spawn(async move {
             let mut peak = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                let status =
+                    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
                 if let Some(kib) = status
                     .lines()
                     .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -267,13 +278,52 @@ async fn main() {
         + world
         + http_connections * (64 << 10)
         + args.quic_connections as u64 * ((2 << 20) + 4 * (68 << 10));
-    println!("flood: {} slow-header HTTP connections, {} half-sent 1 MiB PUTs, {} QUIC connections x {} half-sent streams ({} opened), {} s", args.slow_http, args.half_bodies, args.quic_connections, args.streams, half_streams.load(Ordering::Relaxed), args.seconds);
-    println!("flood: connections the client could not open: {}", connect_failures.load(Ordering::Relaxed));
+    println!(
+        "flood: {} slow-header HTTP connections, {} half-sent 1 MiB PUTs, {} QUIC connections x {} half-sent streams ({} opened), {} s",
+        args.slow_http,
+        args.half_bodies,
+        args.quic_connections,
+        args.streams,
+        half_streams.load(Ordering::Relaxed),
+        args.seconds
+    );
+    println!(
+        "flood: connections the client could not open: {}",
+        connect_failures.load(Ordering::Relaxed)
+    );
     println!("rss before the flood: {:.1} MiB", mib(before));
-    println!("rss under the flood:  {:.1} MiB at the end, {:.1} MiB sampled peak, {:.1} MiB high-water mark", mib(under), mib(sampled_peak), mib(hwm));
-    println!("bound (docs/SPEC.md, Limits): {:.1} MiB = before + 256 requests x 2 MiB + {} HTTP connections x 64 KiB + {} QUIC connections x 2.3 MiB", mib(bound), http_connections, args.quic_connections);
+    println!(
+        "rss under the flood:  {:.1} MiB at the end, {:.1} MiB sampled peak, {:.1} MiB high-water mark",
+        mib(under),
+        mib(sampled_peak),
+        mib(hwm)
+    );
+    println!(
+        "bound (docs/SPEC.md, Limits): {:.1} MiB = before + 256 requests x 2 MiB + {} HTTP connections x 64 KiB + {} QUIC connections x 2.3 MiB",
+        mib(bound),
+        http_connections,
+        args.quic_connections
+    );
     println!("within the bound: {}", hwm <= bound);
-    println!("normal client over HTTP: {} requests, p50 {:?}, p99 {:?}, {} failed", http_times.len(), quantile(&http_times, 0.5), quantile(&http_times, 0.99), http_failures);
-    println!("normal client over QUIC: {} requests, p50 {:?}, p99 {:?}, {} failed", quic_times.len(), quantile(&quic_times, 0.5), quantile(&quic_times, 0.99), quic_failures);
-    println!("closed by the server's timeouts: {} of {} slow-header connections, {} of {} half-sent bodies", closed_slow.load(Ordering::Relaxed), args.slow_http, closed_half.load(Ordering::Relaxed), args.half_bodies);
+    println!(
+        "normal client over HTTP: {} requests, p50 {:?}, p99 {:?}, {} failed",
+        http_times.len(),
+        quantile(&http_times, 0.5),
+        quantile(&http_times, 0.99),
+        http_failures
+    );
+    println!(
+        "normal client over QUIC: {} requests, p50 {:?}, p99 {:?}, {} failed",
+        quic_times.len(),
+        quantile(&quic_times, 0.5),
+        quantile(&quic_times, 0.99),
+        quic_failures
+    );
+    println!(
+        "closed by the server's timeouts: {} of {} slow-header connections, {} of {} half-sent bodies",
+        closed_slow.load(Ordering::Relaxed),
+        args.slow_http,
+        closed_half.load(Ordering::Relaxed),
+        args.half_bodies
+    );
 }

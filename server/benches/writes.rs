@@ -126,9 +126,18 @@ async fn main() {
     {
         let served = Served::start();
         let base = format!("http://{}", served.http);
-        let outcome = run(&base, &[served.token.clone()], args.concurrency, args.seconds).await;
+        let outcome = run(
+            &base,
+            std::slice::from_ref(&served.token),
+            args.concurrency,
+            args.seconds,
+        )
+        .await;
         report(
-            &format!("one client (development token, {} at once)", args.concurrency),
+            &format!(
+                "one client (development token, {} at once)",
+                args.concurrency
+            ),
             &outcome,
         );
     }

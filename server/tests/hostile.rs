@@ -974,7 +974,8 @@ async fn http2_when_configured_is_served_with_its_limits() {
         .unwrap()
         .unwrap();
     assert_eq!(header[3], 4, "the server's first frame is SETTINGS");
-    let length = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+    let length =
+        usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
     let mut payload = vec![0u8; length];
     stream.read_exact(&mut payload).await.unwrap();
     let settings: BTreeMap<u16, u32> = payload
@@ -986,8 +987,16 @@ async fn http2_when_configured_is_served_with_its_limits() {
             )
         })
         .collect();
-    assert_eq!(settings.get(&0x3), Some(&http::H2_MAX_STREAMS), "{settings:?}");
-    assert_eq!(settings.get(&0x4), Some(&http::H2_STREAM_WINDOW), "{settings:?}");
+    assert_eq!(
+        settings.get(&0x3),
+        Some(&http::H2_MAX_STREAMS),
+        "{settings:?}"
+    );
+    assert_eq!(
+        settings.get(&0x4),
+        Some(&http::H2_STREAM_WINDOW),
+        "{settings:?}"
+    );
     assert_eq!(
         settings.get(&0x6),
         Some(&(http::MAX_HEADER_BUFFER as u32)),
@@ -1079,13 +1088,18 @@ async fn if_none_match_star_and_http_dates_are_honoured() {
     assert_eq!(listed.status(), reqwest::StatusCode::NOT_MODIFIED);
     let future = "Fri, 01 Jan 2100 00:00:00 GMT";
     let past = "Sun, 06 Nov 1994 08:49:37 GMT";
-    let later = get("/docs/a.md", "if-modified-since", future).await.unwrap();
+    let later = get("/docs/a.md", "if-modified-since", future)
+        .await
+        .unwrap();
     assert_eq!(later.status(), reqwest::StatusCode::NOT_MODIFIED);
     let earlier = get("/docs/a.md", "if-modified-since", past).await.unwrap();
     assert_eq!(earlier.status(), reqwest::StatusCode::OK);
     // The same over Mark.
     let star = server
-        .ask(Transport::Quic, &fetch("/docs/a.md").with_meta("if-none-match", "*"))
+        .ask(
+            Transport::Quic,
+            &fetch("/docs/a.md").with_meta("if-none-match", "*"),
+        )
         .await;
     assert_eq!(star.status, Status::NotModified);
 }
@@ -1125,7 +1139,10 @@ async fn operational_endpoints_do_not_shadow_world_directories() {
     for name in ["metrics", "livez", "readyz"] {
         published(&server, &format!("/{name}/a.md"), "# A").await;
         let listed = server
-            .ask(Transport::Http, &Request::new(Verb::List, &format!("/{name}")))
+            .ask(
+                Transport::Http,
+                &Request::new(Verb::List, format!("/{name}")),
+            )
             .await;
         assert_eq!(listed.status, Status::Ok, "{name}");
         assert!(listed.body.contains("a.md"), "{name}: {}", listed.body);
@@ -1137,7 +1154,10 @@ async fn operational_endpoints_do_not_shadow_world_directories() {
             .unwrap();
         assert!(slash.text().await.unwrap().contains("a.md"), "{name}");
         let quic = server
-            .ask(Transport::Quic, &Request::new(Verb::List, &format!("/{name}")))
+            .ask(
+                Transport::Quic,
+                &Request::new(Verb::List, format!("/{name}")),
+            )
             .await;
         assert!(quic.body.contains("a.md"), "{name}: {}", quic.body);
     }
@@ -1158,7 +1178,11 @@ async fn a_lookup_of_many_short_terms_is_refused() {
         let many = Request::new(Verb::Lookup, "/").with_meta("query", letters);
         let answer = server.ask(transport, &many).await;
         assert_eq!(answer.status, Status::BadRequest, "{transport:?}");
-        assert!(answer.body.contains("fewer than 3 characters"), "{}", answer.body);
+        assert!(
+            answer.body.contains("fewer than 3 characters"),
+            "{}",
+            answer.body
+        );
         let two = Request::new(Verb::Lookup, "/").with_meta("query", "al ph alpha");
         let answer = server.ask(transport, &two).await;
         assert_eq!(answer.status, Status::Ok, "{transport:?}: {}", answer.body);
@@ -1227,11 +1251,9 @@ async fn a_listing_of_denied_entries_costs_a_bounded_span_per_page() {
                 break;
             }
             let next = answer.meta("next-cursor").to_owned();
-            let decoded = base64::Engine::decode(
-                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-                &next,
-            )
-            .unwrap();
+            let decoded =
+                base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, &next)
+                    .unwrap();
             assert!(
                 !String::from_utf8_lossy(&decoded).contains("secret"),
                 "a cursor names a denied entry"
@@ -1256,7 +1278,10 @@ async fn a_quic_request_is_admitted_before_its_body_is_read() {
     };
     let server = start(limits, HttpSettings::default()).await;
     let spent = server
-        .ask(Transport::Quic, &fetch("/docs/none.md").with_meta("auth", WRITER))
+        .ask(
+            Transport::Quic,
+            &fetch("/docs/none.md").with_meta("auth", WRITER),
+        )
         .await;
     assert_eq!(spent.status, Status::NotFound);
     let (mut send, mut recv) = server.connection.quic().open_bi().await.unwrap();
@@ -1317,7 +1342,11 @@ async fn a_write_without_a_write_token_is_refused_before_its_body() {
             .await
             .expect("answered before the body ended")
             .unwrap();
-        assert_eq!(Response::parse(&bytes).unwrap().status, Status::Unauthorized, "{auth:?}");
+        assert_eq!(
+            Response::parse(&bytes).unwrap().status,
+            Status::Unauthorized,
+            "{auth:?}"
+        );
         drop(send);
     }
 }

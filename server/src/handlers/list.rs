@@ -86,10 +86,7 @@ pub(super) async fn list(call: &Call<'_>) -> Response {
                 response.with_meta("next-cursor", encode_cursor(&dir, include_archived, last));
         }
         Some(Continue::Hidden(last)) => {
-            response = response.with_meta(
-                "next-cursor",
-                seal_cursor(&dir, include_archived, last),
-            );
+            response = response.with_meta("next-cursor", seal_cursor(&dir, include_archived, last));
         }
     }
     response.with_body(page.body)
