@@ -72,6 +72,11 @@ impl ChangeHub {
         self.ring.lock().expect("change ring poisoned")
     }
 
+    /// How many events the ring keeps.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub fn epoch(&self) -> &str {
         &self.epoch
     }

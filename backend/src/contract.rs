@@ -81,9 +81,11 @@ pub trait Reader: Send + Sync {
 
     /// The immediate children of directory `dir` (`/` for the root): unique names in
     /// strictly increasing byte order, windowed by `options` (`after` exclusive, `limit`).
-    /// Hidden names (a leading `.`, or `versions`) never appear; a child holding only
-    /// archived documents (or only hidden ones) appears only with `include_archived` (never,
-    /// for hidden ones). Not a directory (a document, or nothing) → not found. Catalog class.
+    /// Hidden names (a leading `.`, or `versions`) appear only with `include_hidden`; a child
+    /// holding only archived documents (or only hidden ones) appears only with
+    /// `include_archived` (never, for hidden ones) or `include_hidden` (which lists every
+    /// child holding any document). Not a directory (a document, or nothing) → not found.
+    /// Catalog class.
     async fn list_entries(
         &self,
         ctx: &Ctx,

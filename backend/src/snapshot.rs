@@ -308,12 +308,18 @@ impl Reader for SnapshotView {
         if is_doc || !snapshot.state.is_dir(&dir) {
             return Err(not_found(op, raw, "not a directory"));
         }
-        Ok(snapshot.state.list(
-            &dir,
-            &options.after,
-            options.limit,
-            options.include_archived,
-        ))
+        Ok(if options.include_hidden {
+            snapshot
+                .state
+                .list_everything(&dir, &options.after, options.limit)
+        } else {
+            snapshot.state.list(
+                &dir,
+                &options.after,
+                options.limit,
+                options.include_archived,
+            )
+        })
     }
 
     async fn is_dir(&self, ctx: &Ctx, raw: &str) -> Result<bool> {

@@ -82,6 +82,9 @@ pub struct ListOptions {
     pub limit: usize,
     /// Also list entries holding only archived documents.
     pub include_archived: bool,
+    /// List every child holding a document, hidden names (and archived documents) too: for
+    /// backups and verification, never for what readers are shown.
+    pub include_hidden: bool,
 }
 
 /// A publish or an append.

@@ -901,6 +901,7 @@ async fn list_paging(c: CaseCtx) -> CaseResult {
         after: after.into(),
         limit,
         include_archived,
+        include_hidden: false,
     };
     let cases: [(ListOptions, &[&str]); 9] = [
         (

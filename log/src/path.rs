@@ -7,7 +7,8 @@
 //!
 //! A path written from now on also meets [`check_new`]: no C1 control, NEL, U+2028, U+2029
 //! or U+FEFF (see [`crate::metadata::is_writable_char`]), so it reads back as one line on
-//! every transport. Paths stored before keep reading back.
+//! every transport; no bidirectional override; Unicode normalisation form C. Paths stored
+//! before keep reading back.
 
 use std::fmt;
 use std::sync::Arc;
@@ -40,15 +41,32 @@ fn check_chars(raw: &str) -> Result<(), PathError> {
 }
 
 /// The write-time rule for a new document's path: only characters
-/// [`crate::metadata::is_writable_char`] allows.
+/// [`crate::metadata::is_writable_char`] allows, no bidirectional embedding, override or
+/// isolate control (U+202A–U+202E, U+2066–U+2069: they make a name display as another),
+/// and in Unicode normalisation form C, so two spellings that look alike never name two
+/// documents.
 pub fn check_new(path: &str) -> Result<(), PathError> {
-    if path.chars().all(crate::metadata::is_writable_char) {
-        Ok(())
-    } else {
-        Err(PathError(
+    if !path.chars().all(crate::metadata::is_writable_char) {
+        return Err(PathError(
             "path holds a line separator, C1 control or byte-order mark",
-        ))
+        ));
     }
+    if path.chars().any(is_bidi_control) {
+        return Err(PathError(
+            "path holds a bidirectional override, embedding or isolate control",
+        ));
+    }
+    if !unicode_normalization::is_nfc(path) {
+        return Err(PathError(
+            "path is not in Unicode normalisation form C (compose it first)",
+        ));
+    }
+    Ok(())
+}
+
+/// The bidirectional formatting controls that reorder what follows them.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Cleans a request path into canonical form: leading `/` added, empty and `.` segments and

@@ -521,6 +521,31 @@ impl WorldState {
         limit: usize,
         include_archived: bool,
     ) -> Vec<DirEntry> {
+        self.list_counted(dir, after, limit, |name, counts| {
+            if is_hidden_name(name) {
+                0
+            } else if include_archived {
+                counts.visible
+            } else {
+                counts.live
+            }
+        })
+    }
+
+    /// [`WorldState::list`] with hidden names and archived documents too: every child
+    /// holding any document, what a backup or a verification walks.
+    pub fn list_everything(&self, dir: &str, after: &str, limit: usize) -> Vec<DirEntry> {
+        self.list_counted(dir, after, limit, |_, counts| counts.docs)
+    }
+
+    /// The children of `dir` after `after` for which `shown` counts a document.
+    fn list_counted(
+        &self,
+        dir: &str,
+        after: &str,
+        limit: usize,
+        shown: impl Fn(&str, ChildCounts) -> u64,
+    ) -> Vec<DirEntry> {
         let mut out = Vec::new();
         if dir.is_empty() {
             return out;
@@ -552,15 +577,7 @@ impl WorldState {
                     f
                 }
             };
-            if name == after || is_hidden_name(name) {
-                continue;
-            }
-            let shown = if include_archived {
-                counts.visible
-            } else {
-                counts.live
-            };
-            if shown == 0 {
+            if name == after || shown(name, counts) == 0 {
                 continue;
             }
             out.push(DirEntry {

@@ -311,6 +311,11 @@ impl PathPattern {
         let Some(body) = text.strip_prefix('/') else {
             return Err(format!("pattern {text:?} does not start with /"));
         };
+        // A literal no new document's path can hold (not NFC, a bidi override, …) would
+        // silently protect nothing.
+        if let Err(why) = quire_log::path::check_new(text) {
+            return Err(format!("pattern {text:?}: {why}"));
+        }
         let directory = text.len() > 1 && text.ends_with('/');
         let body = if directory {
             &body[..body.len() - 1]

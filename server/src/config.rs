@@ -18,6 +18,7 @@
 //! max_http_connections = 4096          # HTTP connections open at once
 //! http_header_timeout = "10s"          # to send a request's headers; closes idle keep-alives
 //! http_body_timeout = "30s"            # to send a request's body once admitted
+//! http2 = false                        # also serve cleartext HTTP/2 (prior knowledge)
 //!
 //! [tls]                                # optional: without it, a self-signed development
 //! cert = "cert.pem"                    # certificate is generated at start
@@ -308,6 +309,8 @@ pub struct ListenConfig {
     /// How long an HTTP client may take to send an admitted request's body.
     #[serde(deserialize_with = "duration")]
     pub http_body_timeout: Duration,
+    /// Serve HTTP/2 in cleartext (prior knowledge) too, with its own limits.
+    pub http2: bool,
 }
 
 impl Default for ListenConfig {
@@ -322,6 +325,7 @@ impl Default for ListenConfig {
             max_http_connections: NonZeroU32::new(4096).expect("non-zero"),
             http_header_timeout: Duration::from_secs(10),
             http_body_timeout: Duration::from_secs(30),
+            http2: false,
         }
     }
 }
@@ -361,6 +365,7 @@ impl ListenConfig {
             body_timeout: self.http_body_timeout,
             max_connections: usize::try_from(self.max_http_connections.get()).unwrap_or(usize::MAX),
             shutdown_timeout: self.shutdown_timeout,
+            http2: self.http2,
         }
     }
 }
@@ -981,6 +986,7 @@ max_quic_connections = 100
 max_http_connections = 200
 http_header_timeout = "3s"
 http_body_timeout = "7s"
+http2 = true
 
 [tls]
 cert = "/etc/quire/cert.pem"
@@ -1115,6 +1121,7 @@ root = "./notes"
                 max_http_connections: NonZeroU32::new(200).unwrap(),
                 http_header_timeout: Duration::from_secs(3),
                 http_body_timeout: Duration::from_secs(7),
+                http2: true,
             }
         );
         assert_eq!(

@@ -6,7 +6,8 @@
 //! whose streamed body is the Mark block stream itself, block by block. When the server
 //! shuts down, open watches end with `closing` so the drain can finish.
 //!
-//! Transport: HTTP/1.1 only (no HTTP/2, cleartext or not), served by [`serve_with`]'s own
+//! Transport: HTTP/1.1, and HTTP/2 in cleartext only when configured (`[listen] http2`, then
+//! with the `H2_*` stream, window and reset limits), served by [`serve_with`]'s own
 //! accept loop so every connection has the limits of [`HttpSettings`]: a header-read
 //! timeout (which also closes an idle keep-alive connection), a body-read timeout, and a
 //! cap on open connections. A request is admitted by its world's limits before its body is
@@ -25,7 +26,7 @@ use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::get;
 use futures::StreamExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -67,6 +68,9 @@ pub struct HttpSettings {
     pub max_connections: usize,
     /// How long a shutdown waits for requests in flight.
     pub shutdown_timeout: Duration,
+    /// Also serve HTTP/2 in cleartext (prior knowledge) on connections that open with its
+    /// preface, under the `H2_*` limits. Off unless configured.
+    pub http2: bool,
 }
 
 impl Default for HttpSettings {
@@ -76,9 +80,22 @@ impl Default for HttpSettings {
             body_timeout: Duration::from_secs(30),
             max_connections: 4096,
             shutdown_timeout: Duration::from_secs(10),
+            http2: false,
         }
     }
 }
+
+/// HTTP/2 (when configured): requests one connection may have open at once.
+pub const H2_MAX_STREAMS: u32 = 32;
+/// HTTP/2: unread request data one stream may have in flight (flow control).
+pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
+/// HTTP/2: unread request data one connection may have in flight over all its streams.
+pub const H2_CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// HTTP/2: streams a client may reset before the server has accepted them, then the
+/// connection is closed (the rapid-reset flood).
+const H2_PENDING_RESETS: usize = 32;
+/// What an HTTP/2 connection opens with.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Query parameters passed to the handlers of read verbs and WATCH as request metadata
 /// (never to writes: publisher metadata comes only from `Meta-*` headers). Clients that
@@ -215,11 +232,25 @@ pub fn gateway_router(
 
 fn routes(gateway: Gateway) -> Router {
     Router::new()
-        .route("/livez", get(|| async { "ok\n" }))
+        .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(serve_request)
         .with_state(gateway)
+}
+
+/// The operational endpoints answer only a bare `GET`: with a query (`/metrics?list`,
+/// `/livez?watch`) the request is the world's, so a directory of that name stays reachable
+/// (as does `/metrics/`, which no route takes).
+fn for_the_world(request: &HttpRequest) -> bool {
+    request.uri().query().is_some()
+}
+
+async fn livez(State(gateway): State<Gateway>, request: HttpRequest) -> HttpResponse {
+    if for_the_world(&request) {
+        return serve_request(State(gateway), request).await;
+    }
+    (StatusCode::OK, "ok\n").into_response()
 }
 
 /// Serves the gateway on `listener` with the default [`HttpSettings`] until `shutdown`
@@ -275,7 +306,7 @@ pub async fn serve_with(
             stream,
             peer,
             router.clone(),
-            settings.header_timeout,
+            settings.clone(),
             draining.clone(),
             slot,
         ));
@@ -294,20 +325,67 @@ pub async fn serve_with(
     Ok(())
 }
 
-/// One HTTP/1.1 connection, until the client closes it, a timeout does, or the drain
-/// finishes its last response.
+/// Whether the client opens with the HTTP/2 preface, read (not consumed) within `timeout`.
+async fn opens_with_h2_preface(stream: &tokio::net::TcpStream, timeout: Duration) -> bool {
+    let mut seen = [0u8; H2_PREFACE.len()];
+    let peek = async {
+        loop {
+            let n = stream.peek(&mut seen).await.unwrap_or(0);
+            if n == 0 || seen[..n] != H2_PREFACE[..n] {
+                return false;
+            }
+            if n == H2_PREFACE.len() {
+                return true;
+            }
+            // Part of the preface so far: wait for more bytes than these.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(timeout, peek).await.unwrap_or(false)
+}
+
+/// One connection (HTTP/1.1, or HTTP/2 when configured and the client opens with its
+/// preface), until the client closes it, a timeout does, or the drain finishes its last
+/// response.
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     router: Router,
-    header_timeout: Duration,
+    settings: HttpSettings,
     draining: CancellationToken,
     _slot: tokio::sync::OwnedSemaphorePermit,
 ) {
+    let header_timeout = settings.header_timeout;
     let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
         request.extensions_mut().insert(ConnectInfo(peer));
         router.clone().oneshot(request)
     });
+    if settings.http2 && opens_with_h2_preface(&stream, header_timeout).await {
+        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(H2_MAX_STREAMS)
+            .initial_stream_window_size(H2_STREAM_WINDOW)
+            .initial_connection_window_size(H2_CONNECTION_WINDOW)
+            .max_header_list_size(MAX_HEADER_BUFFER as u32)
+            .max_pending_accept_reset_streams(H2_PENDING_RESETS)
+            // A peer that stops answering pings is closed, as an idle HTTP/1.1 one is.
+            .keep_alive_interval(header_timeout)
+            .keep_alive_timeout(header_timeout);
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(connection);
+        let ended = tokio::select! {
+            ended = connection.as_mut() => ended,
+            () = draining.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(error) = ended {
+            tracing::debug!(%error, %peer, "HTTP/2 connection ended");
+        }
+        return;
+    }
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -328,7 +406,10 @@ async fn serve_connection(
     }
 }
 
-async fn readyz(State(gateway): State<Gateway>) -> HttpResponse {
+async fn readyz(State(gateway): State<Gateway>, request: HttpRequest) -> HttpResponse {
+    if for_the_world(&request) {
+        return serve_request(State(gateway), request).await;
+    }
     if gateway.worlds.is_ready() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
@@ -336,7 +417,10 @@ async fn readyz(State(gateway): State<Gateway>) -> HttpResponse {
     }
 }
 
-async fn metrics(State(gateway): State<Gateway>) -> HttpResponse {
+async fn metrics(State(gateway): State<Gateway>, request: HttpRequest) -> HttpResponse {
+    if for_the_world(&request) {
+        return serve_request(State(gateway), request).await;
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -379,27 +463,9 @@ async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> 
     {
         return page;
     }
-    let has = |key: &str| query.iter().any(|(k, _)| k == key);
-    let verb = match parts.method {
-        Method::GET if has("watch") => Verb::Watch,
-        Method::GET | Method::HEAD => {
-            if has("versions") {
-                Verb::Versions
-            } else if has("list") {
-                Verb::List
-            } else if has("lookup") || has("query") {
-                Verb::Lookup
-            } else {
-                Verb::Fetch
-            }
-        }
-        Method::PUT => Verb::Publish,
-        Method::POST if has("append") => Verb::Append,
-        Method::POST if has("archive") => Verb::Archive,
-        Method::POST => {
-            return plain(StatusCode::BAD_REQUEST, "POST needs ?append or ?archive\n");
-        }
-        _ => return plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
+    let verb = match verb_for(&parts.method, &query) {
+        Ok(verb) => verb,
+        Err(refusal) => return plain(refusal.code, refusal.message),
     };
     let answer = |response: Response, code: StatusCode| {
         gateway
@@ -473,9 +539,50 @@ async fn serve_request(State(gateway): State<Gateway>, request: HttpRequest) -> 
     answer(response, code)
 }
 
+/// Why an HTTP method and query name no verb.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoVerb {
+    pub code: StatusCode,
+    pub message: &'static str,
+}
+
+/// The verb an HTTP method and query ask for.
+pub fn verb_for(method: &Method, query: &[(String, String)]) -> Result<Verb, NoVerb> {
+    let has = |key: &str| query.iter().any(|(k, _)| k == key);
+    Ok(match *method {
+        Method::GET if has("watch") => Verb::Watch,
+        Method::GET | Method::HEAD => {
+            if has("versions") {
+                Verb::Versions
+            } else if has("list") {
+                Verb::List
+            } else if has("lookup") || has("query") {
+                Verb::Lookup
+            } else {
+                Verb::Fetch
+            }
+        }
+        Method::PUT => Verb::Publish,
+        Method::POST if has("append") => Verb::Append,
+        Method::POST if has("archive") => Verb::Archive,
+        Method::POST => {
+            return Err(NoVerb {
+                code: StatusCode::BAD_REQUEST,
+                message: "POST needs ?append or ?archive\n",
+            });
+        }
+        _ => {
+            return Err(NoVerb {
+                code: StatusCode::METHOD_NOT_ALLOWED,
+                message: "method not allowed\n",
+            });
+        }
+    })
+}
+
 /// The Mark request an HTTP request maps to, without its body; the error says what is
-/// wrong with it.
-fn mark_request(
+/// wrong with it. `raw_path` is the request target's path, still percent-encoded.
+pub fn mark_request(
     verb: Verb,
     raw_path: &str,
     query: &[(String, String)],
@@ -539,7 +646,7 @@ async fn read_body(body: Body, timeout: Duration) -> Result<bytes::Bytes, BodyEr
 
 /// The query's pairs, percent-decoded (`+` is a space); invalid UTF-8 is refused, never
 /// replaced, so two spellings never name one thing.
-fn url_pairs(query: &str) -> Result<Vec<(String, String)>, String> {
+pub fn url_pairs(query: &str) -> Result<Vec<(String, String)>, String> {
     query
         .split('&')
         .filter(|pair| !pair.is_empty())
@@ -586,12 +693,15 @@ fn copy_headers(headers: &HeaderMap, mark: &mut Request) -> Result<(), String> {
         if writes && tag.trim() == "*" {
             mark.metadata.insert("expected-version".into(), "0".into());
         } else if !writes {
-            mark.metadata.insert("if-none-match".into(), unquote(tag));
+            // A list of tags (`"a", W/"b"`) is passed as the tags joined with `,`; `*`
+            // matches any current version.
+            let tags: Vec<String> = tag.split(',').map(unquote).collect();
+            mark.metadata.insert("if-none-match".into(), tags.join(","));
         }
     }
     if let Some(since) = text(&header::IF_MODIFIED_SINCE) {
         mark.metadata
-            .insert("if-modified-since".into(), since.trim().to_owned());
+            .insert("if-modified-since".into(), modified_since(since));
     }
     if writes {
         let expected = headers
@@ -626,6 +736,16 @@ fn bearer_token(value: &str) -> Option<&str> {
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim())
         .filter(|token| !token.is_empty())
+}
+
+/// An `If-Modified-Since` value as the Mark key takes it: an HTTP date (`Tue, 01 Dec 2026
+/// 10:00:00 GMT`, or the two obsolete forms) as RFC 3339; anything else as written.
+fn modified_since(value: &str) -> String {
+    let value = value.trim();
+    match httpdate::parse_http_date(value) {
+        Ok(at) => humantime::format_rfc3339_seconds(at).to_string(),
+        Err(_) => value.to_owned(),
+    }
 }
 
 fn unquote(tag: &str) -> String {

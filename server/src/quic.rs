@@ -9,8 +9,10 @@
 //!
 //! Memory: a connection's unread data is bounded by its flow-control windows
 //! ([`CONNECTION_RECEIVE_WINDOW`] in all, [`STREAM_RECEIVE_WINDOW`] per stream), and at most
-//! [`READING_STREAMS`] of its streams are read into requests at once, each at most the
-//! codec's limits; datagrams are refused. At most `max_connections` connections are open;
+//! [`READING_STREAMS`] of its streams are read into requests at once. A request's line and
+//! metadata block are read first (at most 4 KiB + 64 KiB), since they carry the token that
+//! names its client; its body (at most 1 MiB) only once the world's limits admit that
+//! client, so a refused request never has its body buffered. Datagrams are refused. At most `max_connections` connections are open;
 //! past half of them, a client must prove its address (a Retry) before its handshake runs.
 //!
 //! Shutdown stops accepting connections and streams, ends open watches with `closing`, lets
@@ -31,7 +33,7 @@ use crate::config::ListenConfig;
 use crate::handlers::{self, WatchContext, World};
 use crate::http::Metrics;
 use crate::limits::ConnectionWatches;
-use crate::mark::{RequestLimits, Response, Status, Verb, read_request};
+use crate::mark::{RequestLimits, Response, Status, Verb, read_request_head};
 use crate::tls::ServerCertificates;
 use crate::worlds::Worlds;
 
@@ -250,16 +252,45 @@ async fn answer(
     mut recv: RecvStream,
 ) {
     let started = Instant::now();
-    let timeout = world.limiter.request_timeout();
+    let deadline = tokio::time::Instant::now() + world.limiter.request_timeout();
     let peer = watches.peer;
-    let read = tokio::time::timeout(timeout, async {
+    // The request line and metadata first: they name the client (its token), so the body,
+    // the bulk of a request, is read only once that client's share admits it.
+    let head = tokio::time::timeout_at(deadline, async {
         // The semaphore is never closed.
         let _reading = reading.acquire().await.ok();
-        read_request(&mut recv, RequestLimits::default()).await
+        read_request_head(&mut recv, RequestLimits::default()).await
     })
     .await;
+    let read = match head {
+        Ok(Ok(head)) => {
+            let request = head.request();
+            let admission = if request.verb == Verb::Watch {
+                // A watch is admitted by its own slots when it opens.
+                None
+            } else {
+                match handlers::admit(&world, &request, peer).await {
+                    Ok(admission) => Some(admission),
+                    Err(response) => {
+                        metrics.observe(&world.name, request.verb, response.status, started);
+                        let _ = recv.stop(VarInt::from_u32(STOP_REFUSED));
+                        deliver(&mut send, &response).await;
+                        return;
+                    }
+                }
+            };
+            let body = tokio::time::timeout_at(deadline, async {
+                let _reading = reading.acquire().await.ok();
+                head.read_body(&mut recv).await
+            })
+            .await;
+            body.map(|read| read.map(|request| (request, admission)))
+        }
+        Ok(Err(error)) => Ok(Err(error)),
+        Err(elapsed) => Err(elapsed),
+    };
     let response = match read {
-        Ok(Ok(request)) if request.verb == Verb::Watch => {
+        Ok(Ok((request, _))) if request.verb == Verb::Watch => {
             match handlers::open_watch(world.clone(), request, &watches).await {
                 Ok(watch) => {
                     metrics.observe(&world.name, Verb::Watch, Status::Ok, started);
@@ -279,9 +310,12 @@ async fn answer(
                 }
             }
         }
-        Ok(Ok(request)) => {
+        Ok(Ok((request, admission))) => {
             let verb = request.verb;
-            let response = handlers::handle_from(&world, request, peer).await;
+            let response = match admission {
+                Some(admission) => handlers::handle_admitted(&world, request, admission).await,
+                None => handlers::handle_from(&world, request, peer).await,
+            };
             metrics.observe(&world.name, verb, response.status, started);
             response
         }
@@ -296,6 +330,11 @@ async fn answer(
             Response::error(Status::ServerError, "could not read request: timed out")
         }
     };
+    deliver(&mut send, &response).await;
+}
+
+/// Sends `response` and finishes the stream.
+async fn deliver(send: &mut SendStream, response: &Response) {
     if let Err(error) = send.write_all(&response.encode()).await {
         tracing::debug!(%error, "QUIC response not delivered");
         return;

@@ -2,7 +2,7 @@
 //! run on one configured world opened through a [`StoreFactory`] and read and written only
 //! through the backend contract.
 //!
-//! - **verify** walks every listed document (archived ones included) in one read view, reads
+//! - **verify** walks every document (archived ones and hidden names included) in one read view, reads
 //!   every retained version with [`Reader::get`] (which checks the stored bytes against
 //!   their hash and record), checks it against [`Reader::versions`], and runs
 //!   [`Reader::verify_chain`]. Every problem is a [`Failure`] naming the document.
@@ -21,8 +21,10 @@
 //!   archived document, a path the world refuses) is reported with its path and skipped; the
 //!   rest are imported and the command exits with status 1.
 //!
-//! Documents under hidden names are not listed by the contract, so verify and export do not
-//! reach them.
+//! Verify and export walk every document, those under hidden names too (the publish policy
+//! under `/.well-known/`, a publisher's `/notes/.x.md`): the walk lists with
+//! `include_hidden`, which readers never get. Import still skips hidden names, so restoring
+//! such a document is a publish by hand.
 //!
 //! Long work shows a progress bar on standard error when it is a terminal.
 
@@ -232,8 +234,8 @@ pub async fn open_world(
     Ok((world.name.as_str().to_owned(), store))
 }
 
-/// Every document path listed under `/` (archived ones included), in byte order, and the
-/// directories that could not be listed.
+/// Every document path under `/` (archived ones and hidden names included), in byte order,
+/// and the directories that could not be listed.
 async fn walk(ctx: &Ctx, reader: &dyn Reader, progress: Progress) -> (Vec<String>, Vec<Failure>) {
     let spinner = progress.spinner("listing documents");
     let mut documents = BTreeSet::new();
@@ -253,6 +255,7 @@ async fn walk(ctx: &Ctx, reader: &dyn Reader, progress: Progress) -> (Vec<String
             after: String::new(),
             limit: LIST_PAGE,
             include_archived: true,
+            include_hidden: true,
         };
         loop {
             let entries = match reader.list_entries(ctx, &dir, &options).await {

@@ -954,6 +954,56 @@ async fn http2_is_not_served_and_an_oversized_body_is_refused_unread() {
     assert!(seen.starts_with("HTTP/1.1 413"), "{seen}");
 }
 
+/// Configured, HTTP/2 (prior knowledge) is served with its limits: the server's SETTINGS
+/// announce the stream cap, the stream window and the header list size.
+#[tokio::test]
+async fn http2_when_configured_is_served_with_its_limits() {
+    let settings = HttpSettings {
+        http2: true,
+        ..HttpSettings::default()
+    };
+    let server = start(LimitSettings::default(), settings).await;
+    let mut stream = connect(&server).await;
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let mut header = [0u8; 9];
+    tokio::time::timeout(GUARD, stream.read_exact(&mut header))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(header[3], 4, "the server's first frame is SETTINGS");
+    let length =
+        usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+    let mut payload = vec![0u8; length];
+    stream.read_exact(&mut payload).await.unwrap();
+    let settings: BTreeMap<u16, u32> = payload
+        .chunks(6)
+        .map(|e| {
+            (
+                u16::from_be_bytes([e[0], e[1]]),
+                u32::from_be_bytes([e[2], e[3], e[4], e[5]]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        settings.get(&0x3),
+        Some(&http::H2_MAX_STREAMS),
+        "{settings:?}"
+    );
+    assert_eq!(
+        settings.get(&0x4),
+        Some(&http::H2_STREAM_WINDOW),
+        "{settings:?}"
+    );
+    assert_eq!(
+        settings.get(&0x6),
+        Some(&(http::MAX_HEADER_BUFFER as u32)),
+        "{settings:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_client_holding_its_share_of_slots_leaves_the_others_served() {
     let limits = LimitSettings {
@@ -1004,4 +1054,299 @@ async fn a_client_holding_its_share_of_slots_leaves_the_others_served() {
         assert_eq!(answer.status, Status::NotFound, "{secret}");
     }
     drop(stalled);
+}
+
+// -- the review's smaller findings, continued -----------------------------------------------
+
+/// `If-None-Match: *` matches any current version; an HTTP-date `If-Modified-Since` is
+/// understood (review 16).
+#[tokio::test]
+async fn if_none_match_star_and_http_dates_are_honoured() {
+    let server = default_server().await;
+    published(&server, "/docs/a.md", "# A").await;
+    published(&server, "/docs/sub/b.md", "# B").await;
+    let get = |path: &str, header: &'static str, value: &str| {
+        server
+            .web
+            .get(server.url(path))
+            .header(header, value)
+            .send()
+    };
+    for path in ["/docs/a.md", "/docs/"] {
+        let star = get(path, "if-none-match", "*").await.unwrap();
+        assert_eq!(star.status(), reqwest::StatusCode::NOT_MODIFIED, "{path}");
+    }
+    let absent = get("/docs/none.md", "if-none-match", "*").await.unwrap();
+    assert_eq!(absent.status(), reqwest::StatusCode::NOT_FOUND);
+    let etag = get("/docs/a.md", "x-none", "").await.unwrap().headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let listed = get("/docs/a.md", "if-none-match", &format!("\"other\", {etag}"))
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), reqwest::StatusCode::NOT_MODIFIED);
+    let future = "Fri, 01 Jan 2100 00:00:00 GMT";
+    let past = "Sun, 06 Nov 1994 08:49:37 GMT";
+    let later = get("/docs/a.md", "if-modified-since", future)
+        .await
+        .unwrap();
+    assert_eq!(later.status(), reqwest::StatusCode::NOT_MODIFIED);
+    let earlier = get("/docs/a.md", "if-modified-since", past).await.unwrap();
+    assert_eq!(earlier.status(), reqwest::StatusCode::OK);
+    // The same over Mark.
+    let star = server
+        .ask(
+            Transport::Quic,
+            &fetch("/docs/a.md").with_meta("if-none-match", "*"),
+        )
+        .await;
+    assert_eq!(star.status, Status::NotModified);
+}
+
+/// Names that display as others are refused at write, and so are token patterns no such
+/// write could match (review 13).
+#[tokio::test]
+async fn paths_that_display_as_other_paths_are_refused_at_write() {
+    let server = default_server().await;
+    for transport in BOTH {
+        for (path, why) in [
+            ("/docs/cafe\u{301}.md", "normalisation form C"),
+            ("/docs/\u{202e}dm.txt\u{202c}.md", "bidirectional"),
+            ("/docs/a\u{2067}b.md", "bidirectional"),
+        ] {
+            let answer = server.ask(transport, &publish(path, "x")).await;
+            assert_eq!(answer.status, Status::BadRequest, "{transport:?} {path:?}");
+            assert!(answer.body.contains(why), "{transport:?}: {}", answer.body);
+        }
+        let composed = server
+            .ask(transport, &publish("/docs/caf\u{e9}.md", "x"))
+            .await;
+        assert!(
+            matches!(composed.status, Status::Created | Status::Ok),
+            "{composed:?}"
+        );
+    }
+    assert!(PathPattern::parse("/docs/cafe\u{301}.md").is_err());
+    assert!(PathPattern::parse("/docs/\u{202e}x/**").is_err());
+}
+
+/// `/metrics`, `/livez` and `/readyz` are the gateway's own only as a bare GET: a world
+/// directory of that name stays reachable (review 13).
+#[tokio::test]
+async fn operational_endpoints_do_not_shadow_world_directories() {
+    let server = default_server().await;
+    for name in ["metrics", "livez", "readyz"] {
+        published(&server, &format!("/{name}/a.md"), "# A").await;
+        let listed = server
+            .ask(
+                Transport::Http,
+                &Request::new(Verb::List, format!("/{name}")),
+            )
+            .await;
+        assert_eq!(listed.status, Status::Ok, "{name}");
+        assert!(listed.body.contains("a.md"), "{name}: {}", listed.body);
+        let slash = server
+            .web
+            .get(server.url(&format!("/{name}/")))
+            .send()
+            .await
+            .unwrap();
+        assert!(slash.text().await.unwrap().contains("a.md"), "{name}");
+        let quic = server
+            .ask(
+                Transport::Quic,
+                &Request::new(Verb::List, format!("/{name}")),
+            )
+            .await;
+        assert!(quic.body.contains("a.md"), "{name}: {}", quic.body);
+    }
+    let bare = server.web.get(server.url("/metrics")).send().await.unwrap();
+    assert!(bare.text().await.unwrap().contains("quire_requests_total"));
+    let live = server.web.get(server.url("/livez")).send().await.unwrap();
+    assert_eq!(live.text().await.unwrap(), "ok\n");
+}
+
+/// A LOOKUP of many short terms (each a scan of every gram it prefixes) is refused before
+/// it costs anything (review 9).
+#[tokio::test]
+async fn a_lookup_of_many_short_terms_is_refused() {
+    let server = default_server().await;
+    published(&server, "/docs/a.md", "# Alpha").await;
+    let letters = "a b c d e f g h i j k l m n o p q r s t u v w x y z 0 1 2 3 4 5";
+    for transport in BOTH {
+        let many = Request::new(Verb::Lookup, "/").with_meta("query", letters);
+        let answer = server.ask(transport, &many).await;
+        assert_eq!(answer.status, Status::BadRequest, "{transport:?}");
+        assert!(
+            answer.body.contains("fewer than 3 characters"),
+            "{}",
+            answer.body
+        );
+        let two = Request::new(Verb::Lookup, "/").with_meta("query", "al ph alpha");
+        let answer = server.ask(transport, &two).await;
+        assert_eq!(answer.status, Status::Ok, "{transport:?}: {}", answer.body);
+    }
+}
+
+/// A listing over a directory of entries the caller may not read examines a bounded span
+/// per page, and its cursors name none of those entries (review 9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_of_denied_entries_costs_a_bounded_span_per_page() {
+    let server = default_server().await;
+    let denied = quire_server::handlers::MAX_EXAMINED + 5;
+    let mut writes = tokio::task::JoinSet::new();
+    for chunk in 0..8 {
+        let store = server.store.clone();
+        writes.spawn(async move {
+            for n in (chunk..denied).step_by(8) {
+                store
+                    .publish(
+                        &Ctx::new(),
+                        WriteRequest::new(format!("/notes/secret-{n:05}.md"), "x"),
+                    )
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while let Some(done) = writes.join_next().await {
+        done.unwrap();
+    }
+    // The writes may outlast the QUIC connection's idle timeout: ask on a fresh one.
+    let fresh = server
+        .client
+        .connect(server.quic, "localhost")
+        .await
+        .unwrap();
+    let answer = fresh
+        .request(&publish("/notes/zz/public.md", "# Public"))
+        .await
+        .unwrap();
+    assert_eq!(answer.status, Status::Created);
+    for transport in BOTH {
+        let mut cursor: Option<String> = None;
+        let mut seen = Vec::new();
+        let mut pages = 0;
+        loop {
+            let mut request = Request::new(Verb::List, "/notes").with_meta("page-size", "5");
+            if let Some(cursor) = &cursor {
+                request = request.with_meta("cursor", cursor);
+            }
+            let answer = match transport {
+                Transport::Quic => answer_of(&fresh.request(&request).await.unwrap()),
+                Transport::Http => server.ask_http(&request).await,
+            };
+            assert_eq!(answer.status, Status::Ok, "{transport:?}: {}", answer.body);
+            assert!(!answer.body.contains("secret"), "{}", answer.body);
+            seen.extend(
+                answer
+                    .body
+                    .lines()
+                    .filter(|line| line.starts_with("- "))
+                    .map(str::to_owned),
+            );
+            pages += 1;
+            if answer.meta("complete") == "true" {
+                break;
+            }
+            let next = answer.meta("next-cursor").to_owned();
+            let decoded =
+                base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, &next)
+                    .unwrap();
+            assert!(
+                !String::from_utf8_lossy(&decoded).contains("secret"),
+                "a cursor names a denied entry"
+            );
+            cursor = Some(next);
+        }
+        assert_eq!(seen, ["- [zz/](zz/)"], "{transport:?}");
+        assert_eq!(pages, 2, "{transport:?}: the first page stops at the cap");
+    }
+}
+
+/// Over QUIC a request's body is read only once its client is admitted: a client over its
+/// rate is answered at once, before its body has arrived.
+#[tokio::test]
+async fn a_quic_request_is_admitted_before_its_body_is_read() {
+    let limits = LimitSettings {
+        client_requests_per_second: NonZeroU32::new(1).unwrap(),
+        client_burst: NonZeroU32::new(1).unwrap(),
+        // Shorter than the guard: before, the server answered "timed out" at this point.
+        request_timeout: Duration::from_secs(30),
+        ..LimitSettings::default()
+    };
+    let server = start(limits, HttpSettings::default()).await;
+    let spent = server
+        .ask(
+            Transport::Quic,
+            &fetch("/docs/none.md").with_meta("auth", WRITER),
+        )
+        .await;
+    assert_eq!(spent.status, Status::NotFound);
+    let (mut send, mut recv) = server.connection.quic().open_bi().await.unwrap();
+    send.write_all(
+        format!("PUBLISH /docs/big.md\n---\nauth: {WRITER}\n---\nthe first part of a body")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    // The stream is left open: before, the server waited for the rest until its timeout.
+    let bytes = tokio::time::timeout(GUARD, recv.read_to_end(1 << 20))
+        .await
+        .expect("answered before the body ended")
+        .unwrap();
+    let response = Response::parse(&bytes).unwrap();
+    assert_eq!(response.status, Status::RateLimited);
+    drop(send);
+}
+
+/// A write its token does not allow is refused at its head, before it takes a slot or has
+/// its body read, on both transports: a slow body without a write token holds nothing.
+#[tokio::test]
+async fn a_write_without_a_write_token_is_refused_before_its_body() {
+    let limits = LimitSettings {
+        request_timeout: Duration::from_secs(30),
+        ..LimitSettings::default()
+    };
+    let settings = HttpSettings {
+        body_timeout: Duration::from_secs(30),
+        ..HttpSettings::default()
+    };
+    let server = start(limits, settings).await;
+    for auth in ["", "Authorization: Bearer quire_unknown\r\n"] {
+        let mut stream = connect(&server).await;
+        stream
+            .write_all(
+                format!("PUT /docs/a.md HTTP/1.1\r\nHost: test\r\n{auth}Content-Length: 1000\r\n\r\nonly a little")
+                    .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let mut first = [0u8; 12];
+        tokio::time::timeout(Duration::from_secs(20), stream.read_exact(&mut first))
+            .await
+            .expect("answered before the body ended")
+            .unwrap();
+        assert_eq!(&first, b"HTTP/1.1 401", "{auth:?}");
+    }
+    for auth in ["", "---\nauth: quire_unknown\n---\n"] {
+        let (mut send, mut recv) = server.connection.quic().open_bi().await.unwrap();
+        let head = if auth.is_empty() {
+            "PUBLISH /docs/a.md\n---\ntitle: t\n---\nthe first part".to_owned()
+        } else {
+            format!("PUBLISH /docs/a.md\n{auth}the first part")
+        };
+        send.write_all(head.as_bytes()).await.unwrap();
+        let bytes = tokio::time::timeout(Duration::from_secs(20), recv.read_to_end(1 << 20))
+            .await
+            .expect("answered before the body ended")
+            .unwrap();
+        assert_eq!(
+            Response::parse(&bytes).unwrap().status,
+            Status::Unauthorized,
+            "{auth:?}"
+        );
+        drop(send);
+    }
 }

@@ -494,3 +494,48 @@ async fn export_never_writes_through_a_symbolic_link() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
     store.close().await;
 }
+
+/// Documents under hidden names (a leading `.`, such as the publish policy under
+/// `/.well-known/`, or a publisher's `/notes/.x.md`) are verified and backed up like any.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_and_export_reach_documents_under_hidden_names() {
+    let bucket = tempfile::tempdir().unwrap();
+    let store = open(bucket.path(), Access::Writable).await;
+    for (path, body) in [
+        ("/notes/a.md", "# A\n"),
+        ("/notes/.x.md", "# Hidden from listings\n"),
+        ("/.drafts/deep/d.md", "# Draft\n"),
+    ] {
+        store
+            .publish(&Ctx::new(), quire_backend::WriteRequest::new(path, body))
+            .await
+            .unwrap();
+    }
+    store.close().await;
+
+    let store = open(bucket.path(), Access::ReadOnly).await;
+    let report = verify(store.as_ref(), Progress::Hidden).await.unwrap();
+    assert!(report.is_healthy(), "{report:?}");
+    assert_eq!((report.documents, report.versions), (3, 3));
+    let out = tempfile::tempdir().unwrap();
+    let target = out.path().join("export");
+    let exported = export(
+        store.as_ref(),
+        &target,
+        ExportOptions::default(),
+        Progress::Hidden,
+    )
+    .await
+    .unwrap();
+    assert_eq!(exported.documents, 3);
+    let written: Vec<PathBuf> = files(&target).into_keys().collect();
+    assert_eq!(
+        written,
+        [
+            PathBuf::from(".drafts/deep/d.md"),
+            PathBuf::from("notes/.x.md"),
+            PathBuf::from("notes/a.md"),
+        ]
+    );
+    store.close().await;
+}

@@ -5,8 +5,8 @@
 //!   against them, then the conformance table.
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
-//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, `cost`, or `all`), in the release
-//!   profile.
+//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, `cost`, `flood`, `writes`, or
+//!   `all`), in the release profile.
 //! - `gate`: the reliability gate at full size, in the release profile (its short form runs
 //!   with the tests).
 
@@ -42,7 +42,9 @@ enum Task {
     /// Run a benchmark: `commit` (group commit on a simulated bucket), `coldstart` (a
     /// million-document world on the file driver), `search` (body search over generated
     /// markdown on the file driver), `cost` (what a write costs in bucket requests and
-    /// bytes on simulated GCS), or `all`. Arguments after `--` go to the
+    /// bytes on simulated GCS), `flood` (a real server's memory and a normal client's
+    /// latency under a flood of slow connections), `writes` (writes/s one client and several
+    /// get from the embedded default), or `all`. Arguments after `--` go to the
     /// benchmark (e.g. `cargo xtask bench coldstart -- --docs 100000`).
     Bench {
         #[arg(value_enum, default_value = "all")]
@@ -58,19 +60,23 @@ enum Bench {
     Coldstart,
     Search,
     Cost,
+    Flood,
+    Writes,
     All,
 }
 
 /// The benchmarks: (name, package, bench target).
-const BENCHES: [(Bench, &str, &str); 4] = [
+const BENCHES: &[(Bench, &str, &str)] = &[
     (Bench::Commit, "quire-log", "commit"),
     (Bench::Coldstart, "quire-checkpoint", "coldstart"),
     (Bench::Search, "quire-backend", "search"),
     (Bench::Cost, "quire-checkpoint", "cost"),
+    (Bench::Flood, "quire-server", "flood"),
+    (Bench::Writes, "quire-server", "writes"),
 ];
 
 fn bench(which: Bench, args: &[String]) -> Result<()> {
-    for (name, package, target) in BENCHES {
+    for &(name, package, target) in BENCHES {
         if which != Bench::All && which != name {
             continue;
         }

@@ -128,7 +128,7 @@ async fn fetch_directory(call: &Call<'_>, view: &ViewGuard, path: &str) -> Respo
     };
     let ListPage { body, entries, .. } = page;
     let etag = Hash::of(body.as_bytes());
-    if call.meta("if-none-match") == Some(etag.to_hex().as_str()) {
+    if none_match(call, &etag.to_hex()) {
         return Response::new(Status::NotModified);
     }
     Response::new(Status::Ok)
@@ -138,11 +138,18 @@ async fn fetch_directory(call: &Call<'_>, view: &ViewGuard, path: &str) -> Respo
         .with_body(body)
 }
 
+/// Whether the request's `if-none-match` (tags joined with `,`, or `*` for any) names
+/// `etag`.
+fn none_match(call: &Call<'_>, etag: &str) -> bool {
+    call.meta("if-none-match")
+        .is_some_and(|tags| tags.split(',').any(|tag| tag == "*" || tag == etag))
+}
+
 /// A document as FETCH shows it, or `not-modified` when the caller's copy is current.
 fn serve(call: &Call<'_>, document: &Document) -> Response {
     let etag = document.etag.to_hex();
-    if let Some(tag) = call.meta("if-none-match") {
-        if tag == etag {
+    if call.meta("if-none-match").is_some() {
+        if none_match(call, &etag) {
             return Response::new(Status::NotModified);
         }
     } else if let Some(since) = call.meta("if-modified-since")

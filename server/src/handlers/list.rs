@@ -1,5 +1,13 @@
 //! LIST: one page of a directory's children, read-authorised per entry before paging, with a
 //! cursor bound to the directory and the archive mode.
+//!
+//! A page examines at most [`MAX_EXAMINED`] entries, so a directory full of entries the
+//! caller may not read costs a bounded amount per request. A page that stops there continues
+//! after an entry the caller may not see: its cursor is sealed (encrypted and authenticated
+//! with a key this process drew at random), so it names nothing to the caller.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -13,8 +21,15 @@ use crate::mark::{MAX_BODY, Response, Status};
 
 /// The largest page, and the default.
 pub const MAX_PAGE_SIZE: usize = 1000;
+/// The most directory entries one page examines, readable or not.
+pub const MAX_EXAMINED: usize = 10_000;
+/// The fewest entries one store read asks for (a page of one still reads a useful window).
+const MIN_WINDOW: usize = 256;
 const CURSOR_VERSION: u8 = 1;
+const SEALED_CURSOR_VERSION: u8 = 2;
 const FLAG_INCLUDE_ARCHIVED: u8 = 1;
+const NONCE_LEN: usize = 16;
+const TAG_LEN: usize = 16;
 const TRUNCATED_NOTE: &str = "\n*...truncated, too many entries*\n";
 
 pub(super) async fn list(call: &Call<'_>) -> Response {
@@ -64,8 +79,15 @@ pub(super) async fn list(call: &Call<'_>) -> Response {
     let mut response = Response::new(Status::Ok)
         .with_meta("entries", page.entries.to_string())
         .with_meta("complete", page.next_after.is_none().to_string());
-    if let Some(last) = &page.next_after {
-        response = response.with_meta("next-cursor", encode_cursor(&dir, include_archived, last));
+    match &page.next_after {
+        None => {}
+        Some(Continue::After(last)) => {
+            response =
+                response.with_meta("next-cursor", encode_cursor(&dir, include_archived, last));
+        }
+        Some(Continue::Hidden(last)) => {
+            response = response.with_meta("next-cursor", seal_cursor(&dir, include_archived, last));
+        }
     }
     response.with_body(page.body)
 }
@@ -74,8 +96,17 @@ pub(super) async fn list(call: &Call<'_>) -> Response {
 pub(super) struct ListPage {
     pub body: String,
     pub entries: usize,
-    /// The last name shown when more entries follow.
-    pub next_after: Option<String>,
+    /// Where the next page starts, when more entries follow.
+    pub next_after: Option<Continue>,
+}
+
+/// Where a next page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Continue {
+    /// After the last name shown.
+    After(String),
+    /// After an entry the caller may not see (the page examined [`MAX_EXAMINED`] entries).
+    Hidden(String),
 }
 
 /// Reads up to `page_size` entries the caller may read after `after` and renders them.
@@ -90,13 +121,15 @@ pub(super) async fn read_page(
     let mut visible: Vec<DirEntry> = Vec::new();
     let mut cursor = after.to_owned();
     let mut exhausted = false;
+    let mut examined = 0usize;
     // Ask for one more than the page so a full page knows whether more follow; keep reading
-    // windows while auth filtering drops entries.
-    while visible.len() <= page_size {
+    // windows while auth filtering drops entries, up to MAX_EXAMINED entries.
+    while visible.len() <= page_size && examined < MAX_EXAMINED {
         let options = ListOptions {
             after: cursor.clone(),
-            limit: page_size + 1,
+            limit: (page_size + 1).max(MIN_WINDOW).min(MAX_EXAMINED - examined),
             include_archived,
+            include_hidden: false,
         };
         let window = match view.list_entries(&call.ctx, dir, &options).await {
             Ok(window) => window,
@@ -104,6 +137,7 @@ pub(super) async fn read_page(
             Err(error) => return Err(backend_error(&error, dir)),
         };
         let short = window.len() < options.limit;
+        examined += window.len();
         for entry in window {
             cursor = entry.name.clone();
             let child = child_path(dir, &entry);
@@ -118,6 +152,9 @@ pub(super) async fn read_page(
         }
     }
     let more = !exhausted || visible.len() > page_size;
+    // Stopped by the examined cap, not by a full page: what follows the shown entries, up to
+    // the last examined, is all unreadable.
+    let capped = !exhausted && visible.len() <= page_size;
     visible.truncate(page_size);
     let shown_dir = if dir == "/" {
         "/".to_owned()
@@ -144,9 +181,19 @@ pub(super) async fn read_page(
     if truncated {
         body.push_str(TRUNCATED_NOTE);
     }
-    let next_after = (truncated || more)
-        .then(|| visible.get(shown.saturating_sub(1)).map(|e| e.name.clone()))
-        .flatten();
+    let next_after = if truncated {
+        visible
+            .get(shown.saturating_sub(1))
+            .map(|e| Continue::After(e.name.clone()))
+    } else if capped {
+        Some(Continue::Hidden(cursor))
+    } else if more {
+        visible
+            .get(shown.saturating_sub(1))
+            .map(|e| Continue::After(e.name.clone()))
+    } else {
+        None
+    };
     Ok(ListPage {
         body,
         entries: shown,
@@ -183,12 +230,81 @@ pub fn encode_cursor(dir: &str, include_archived: bool, last: &str) -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// The name to continue after, when the cursor was made for this directory and mode.
+/// The key this process seals cursors with, drawn once.
+fn sealing_key() -> &'static [u8; 32] {
+    static KEY: OnceLock<[u8; 32]> = OnceLock::new();
+    KEY.get_or_init(|| {
+        use rand::TryRngCore;
+        let mut key = [0u8; 32];
+        if rand::rngs::OsRng.try_fill_bytes(&mut key).is_err() {
+            // No OS randomness: a key no client can know still (time and process).
+            let seed = format!("{:?} {}", std::time::SystemTime::now(), std::process::id());
+            key = *blake3::hash(seed.as_bytes()).as_bytes();
+        }
+        key
+    })
+}
+
+/// `name` XOR a keystream for `nonce`: sealing and opening are the same operation.
+fn keystream_xor(nonce: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut stream = blake3::Hasher::new_keyed(sealing_key());
+    stream.update(b"quire list cursor stream");
+    stream.update(nonce);
+    let mut pad = vec![0u8; name.len()];
+    stream.finalize_xof().fill(&mut pad);
+    name.iter().zip(pad).map(|(a, b)| a ^ b).collect()
+}
+
+fn cursor_tag(sealed: &[u8]) -> [u8; TAG_LEN] {
+    let mut tag = [0u8; TAG_LEN];
+    tag.copy_from_slice(&blake3::keyed_hash(sealing_key(), sealed).as_bytes()[..TAG_LEN]);
+    tag
+}
+
+/// A cursor continuing after `last`, a name the caller may not see:
+/// `base64url(2, flags, u16 dir length, dir, nonce, name sealed, tag)`.
+fn seal_cursor(dir: &str, include_archived: bool, last: &str) -> String {
+    static NEXT_NONCE: AtomicU64 = AtomicU64::new(0);
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce[..8].copy_from_slice(&NEXT_NONCE.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    let mut bytes = Vec::with_capacity(4 + dir.len() + NONCE_LEN + last.len() + TAG_LEN);
+    bytes.push(SEALED_CURSOR_VERSION);
+    bytes.push(if include_archived {
+        FLAG_INCLUDE_ARCHIVED
+    } else {
+        0
+    });
+    bytes.extend_from_slice(&(dir.len() as u16).to_be_bytes());
+    bytes.extend_from_slice(dir.as_bytes());
+    bytes.extend_from_slice(&nonce);
+    bytes.extend_from_slice(&keystream_xor(&nonce, last.as_bytes()));
+    let tag = cursor_tag(&bytes);
+    bytes.extend_from_slice(&tag);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The name a sealed cursor continues after, when this process sealed it (`sealed` is the
+/// whole cursor; `rest` is what follows the directory).
+fn open_sealed(sealed: &[u8], rest: &[u8]) -> Option<String> {
+    use subtle::ConstantTimeEq;
+    if rest.len() < NONCE_LEN + TAG_LEN {
+        return None;
+    }
+    let (body, tag) = sealed.split_at(sealed.len() - TAG_LEN);
+    if !bool::from(cursor_tag(body).ct_eq(tag)) {
+        return None;
+    }
+    let (nonce, name) = rest[..rest.len() - TAG_LEN].split_at(NONCE_LEN);
+    String::from_utf8(keystream_xor(nonce, name)).ok()
+}
+
+/// The name to continue after, when the cursor was made for this directory and mode (a
+/// sealed one, by this process).
 pub fn decode_cursor(cursor: &str, dir: &str, include_archived: bool) -> Option<String> {
     let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
     let (&version, rest) = bytes.split_first()?;
     let (&flags, rest) = rest.split_first()?;
-    if version != CURSOR_VERSION || rest.len() < 2 {
+    if !matches!(version, CURSOR_VERSION | SEALED_CURSOR_VERSION) || rest.len() < 2 {
         return None;
     }
     let length = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
@@ -199,6 +315,10 @@ pub fn decode_cursor(cursor: &str, dir: &str, include_archived: bool) -> Option<
     if (flags == FLAG_INCLUDE_ARCHIVED) != include_archived || flags > FLAG_INCLUDE_ARCHIVED {
         return None;
     }
-    let last = String::from_utf8(rest[length..].to_vec()).ok()?;
+    let last = if version == SEALED_CURSOR_VERSION {
+        open_sealed(&bytes, &rest[length..])?
+    } else {
+        String::from_utf8(rest[length..].to_vec()).ok()?
+    };
     (!last.is_empty()).then_some(last)
 }

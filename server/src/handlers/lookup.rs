@@ -5,10 +5,33 @@
 //! `match: catalog`.
 
 use quire_backend::{CatalogQuery, ErrorKind, Filter, MatchMode, SectionHit};
-use quire_index::query::{DEFAULT_LIMIT, MAX_LIMIT, validate_query_text};
+use quire_index::query::{DEFAULT_LIMIT, MAX_LIMIT, Terms, validate_query_text};
 
 use super::{Call, backend_error, bad_request, canonical, denied, escape_markdown, not_found};
 use crate::mark::{Response, Status};
+
+/// Terms shorter than this match by prefix over every indexed gram (the costly kind).
+const SHORT_TERM_CHARS: usize = 3;
+/// The most short terms one query may hold: each scans every gram it prefixes, so a query
+/// of many one-letter terms would cost a scan of the catalog per term.
+pub const MAX_SHORT_TERMS: usize = 2;
+
+/// Refuses a query holding more than [`MAX_SHORT_TERMS`] short terms.
+fn check_short_terms(query: &str) -> Result<(), String> {
+    let Terms::Words(words) = CatalogQuery::new(query).terms() else {
+        return Ok(());
+    };
+    let short = words
+        .iter()
+        .filter(|word| word.chars().count() < SHORT_TERM_CHARS)
+        .count();
+    if short > MAX_SHORT_TERMS {
+        return Err(format!(
+            "{short} terms of fewer than {SHORT_TERM_CHARS} characters exceed the limit of {MAX_SHORT_TERMS}"
+        ));
+    }
+    Ok(())
+}
 
 pub(super) async fn lookup(call: &Call<'_>) -> Response {
     let raw = call.request.path.as_str();
@@ -18,7 +41,7 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
     let Some(query) = call.meta("query").map(str::trim) else {
         return bad_request("lookup requires a query");
     };
-    if let Err(why) = validate_query_text(query) {
+    if let Err(why) = validate_query_text(query).and_then(|()| check_short_terms(query)) {
         return bad_request(&why);
     }
     let limit = match call.meta("limit") {

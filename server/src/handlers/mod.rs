@@ -37,6 +37,7 @@ use crate::auth::{Access, Authorizer, Denial};
 use crate::limits::{Admission, ClientKey, Limiter};
 use crate::mark::{Request, Response, Status, Verb};
 
+pub use list::MAX_EXAMINED;
 pub use watch::{Watch, WatchContext, open_watch, serve_watch};
 
 /// The body `FETCH /health` answers with.
@@ -116,7 +117,7 @@ pub fn client_of(world: &World, request: &Request, peer: Option<IpAddr>) -> Clie
 }
 
 /// The checks before the verb: a `..` segment answers `not-found`, `FETCH /health` at once,
-/// then the world's limits admit the request (it may wait in their short queue) or refuse
+/// a write its token does not allow is refused, then the world's limits admit the request (it may wait in their short queue) or refuse
 /// it. Needs only the request line and metadata, so a transport may call it before it
 /// reads the body; `Err` is the answer to send.
 pub async fn admit(
@@ -129,6 +130,11 @@ pub async fn admit(
     }
     if request.verb == Verb::Fetch && request.path == "/health" {
         return Err(Response::new(Status::Ok).with_body(HEALTH_BODY));
+    }
+    if request.verb.is_write() {
+        // A write its token does not allow is refused before it takes a slot or has its
+        // body read: without a write token, a slow body holds nothing.
+        write::authorize_head(world, request)?;
     }
     let client = client_of(world, request, peer);
     world.limiter.admit(&client).await.map_err(|refusal| {

@@ -267,15 +267,18 @@ impl Watch {
         Ok(())
     }
 
-    /// Whether the feed can resume after `since`; a cursor of this epoch beyond the head
-    /// first gives this replica [`CATCH_UP_WAIT`] to learn of it.
+    /// Whether the feed can resume after `since`; a cursor of this epoch a little beyond the
+    /// head first gives this replica [`CATCH_UP_WAIT`] to learn of it. A cursor further ahead
+    /// than the ring holds could not be resumed even after a catch-up, so it is answered
+    /// `resync` at once, without a log read (the epoch is public: anyone can write one).
     async fn resume(&mut self, since: &WatchCursor) -> Result<(), Resync> {
-        if since.epoch() != self.hub.epoch() {
-            return Err(Resync {
-                head: self.hub.head(),
-            });
+        let head = self.hub.head();
+        if since.epoch() != self.hub.epoch()
+            || since.sequence - head.min(since.sequence) > self.hub.capacity() as u64
+        {
+            return Err(Resync { head });
         }
-        if since.sequence > self.hub.head() {
+        if since.sequence > head {
             // A client's cursor is not a peer hint (a client could make a lone store act as
             // if it contended): an exact read probes the log instead, and what it installs
             // reaches the hub.
@@ -734,7 +737,7 @@ mod tests {
 
         // A cursor this replica never reached: it waits for a catch-up that never comes.
         tokio::time::pause();
-        let ahead = format!("{}:{}", hub.epoch(), base + 99);
+        let ahead = format!("{}:{}", hub.epoch(), base + 5);
         let started = Instant::now();
         let mut watch = open(&world, "/", &[("since", &ahead)]).await.unwrap();
         assert!(
@@ -743,6 +746,16 @@ mod tests {
             started.elapsed()
         );
         assert_eq!(rest(&mut watch, base).await, ["resync @4"]);
+
+        // A cursor further ahead than the ring holds (anyone can write one: the epoch is
+        // public) costs no wait and no log read: resync at once.
+        for far in [base + 4 + hub.capacity() as u64 + 1, u64::MAX] {
+            let started = Instant::now();
+            let far = format!("{}:{far}", hub.epoch());
+            let mut watch = open(&world, "/", &[("since", &far)]).await.unwrap();
+            assert_eq!(started.elapsed(), Duration::ZERO);
+            assert_eq!(rest(&mut watch, base).await, ["resync @4"]);
+        }
 
         // The ring laps a watch that is open but not read.
         tokio::time::resume();

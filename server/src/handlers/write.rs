@@ -14,9 +14,10 @@ use quire_log::DocPath;
 use quire_log::metadata::{CONTROL_KEYS, apply_default_type, check_new};
 
 use super::{
-    Call, PROTOCOL_KEYS, backend_error, bad_request, canonical, denied, is_hash_shaped, not_found,
+    Call, PROTOCOL_KEYS, World, backend_error, bad_request, canonical, denied, is_hash_shaped,
+    not_found,
 };
-use crate::mark::{MAX_BODY, Response, Status};
+use crate::mark::{MAX_BODY, Request, Response, Status};
 
 /// The metadata key the authorising token's label (and what the writer says of itself) is
 /// stored under.
@@ -30,6 +31,23 @@ struct Authorised {
 
 /// The checks every write makes first; the canonical path and the token's label when they
 /// pass.
+/// The auth part of [`prelude`] on a request's line and metadata alone (what admission
+/// sees before the body): the same answers, for the same reasons.
+pub(super) fn authorize_head(world: &World, request: &Request) -> Result<(), Response> {
+    if world.read_only {
+        return Err(Response::error(Status::NotPermitted, "server is read-only"));
+    }
+    let Some(path) = canonical(&request.path) else {
+        return Err(not_found(&request.path));
+    };
+    let secret = request.metadata.get("auth").map(String::as_str);
+    world
+        .auth
+        .authorize_write(secret, &path, SystemTime::now())
+        .map(drop)
+        .map_err(denied)
+}
+
 fn prelude(call: &Call<'_>) -> Result<Authorised, Response> {
     let raw = call.request.path.as_str();
     if call.world.read_only {

@@ -7,7 +7,7 @@ pub mod wire;
 
 pub use wire::{
     Error, ErrorKind, MAX_BODY, MAX_METADATA, MAX_REQUEST_LINE, MAX_WATCH_BLOCK, Metadata, Op,
-    Request, RequestLimits, Response, ResponseLimits, Status, Verb, WatchBlock, WatchCursor,
-    WatchDecoder, WatchEvent, encode_metadata_block, error_body, read_request, read_response,
-    read_watch_block,
+    Request, RequestHead, RequestLimits, Response, ResponseLimits, Status, Verb, WatchBlock,
+    WatchCursor, WatchDecoder, WatchEvent, encode_metadata_block, error_body, read_request,
+    read_request_head, read_response, read_watch_block,
 };

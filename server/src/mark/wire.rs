@@ -553,6 +553,78 @@ where
     assembler.finish_request()
 }
 
+/// A request whose line and metadata block have been read; its body has not (or not all of
+/// it). What a server needs to admit a request before it buffers the body.
+#[derive(Debug)]
+pub struct RequestHead {
+    assembler: Assembler,
+    /// The stream ended with the head: nothing more to read.
+    ended: bool,
+}
+
+impl RequestHead {
+    /// The request so far: its line and metadata, with no body.
+    pub fn request(&self) -> Request {
+        let (verb, path) = self
+            .assembler
+            .line
+            .clone()
+            .expect("a head has its request line");
+        Request {
+            verb,
+            path,
+            metadata: self.assembler.metadata.clone(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// Reads the rest of the request to the end of the stream.
+    pub async fn read_body<R>(mut self, reader: &mut R) -> Result<Request, Error>
+    where
+        R: AsyncRead + Unpin + ?Sized,
+    {
+        if !self.ended {
+            read_all(reader, &mut self.assembler).await?;
+        }
+        self.assembler.finish_request()
+    }
+}
+
+/// Reads a request up to the end of its metadata block (or of the stream), refusing it as
+/// soon as the line or the block exceeds its limit: at most those limits plus one read
+/// chunk are held. [`RequestHead::read_body`] reads the rest.
+pub async fn read_request_head<R>(
+    reader: &mut R,
+    limits: RequestLimits,
+) -> Result<RequestHead, Error>
+where
+    R: AsyncRead + Unpin + ?Sized,
+{
+    let mut assembler = Assembler::new(Mode::Request(limits));
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        if let BlockState::Done { .. } = assembler.block {
+            return Ok(RequestHead {
+                assembler,
+                ended: false,
+            });
+        }
+        let read = match reader.read(&mut chunk).await {
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(Error::read(assembler.read_op(), assembler.key(), error)),
+        };
+        if read == 0 {
+            assembler.advance(true)?;
+            return Ok(RequestHead {
+                assembler,
+                ended: true,
+            });
+        }
+        assembler.push(&chunk[..read])?;
+    }
+}
+
 /// Reads one response to the end of the stream (client side), under `limits`.
 pub async fn read_response<R>(reader: &mut R, limits: ResponseLimits) -> Result<Response, Error>
 where
@@ -2757,6 +2829,39 @@ mod tests {
         runtime.block_on(read_request(&mut reader, RequestLimits::default()))
     }
 
+    /// The head first, then the body: what the QUIC listener does around admission.
+    fn head_then_body(bytes: &[u8], chunk: usize) -> Result<Request, Error> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut reader = Chunked {
+            data: bytes.to_vec(),
+            at: 0,
+            chunk,
+        };
+        runtime.block_on(async {
+            let head = read_request_head(&mut reader, RequestLimits::default()).await?;
+            head.read_body(&mut reader).await
+        })
+    }
+
+    /// The blocks of a WATCH stream pushed `chunk` bytes at a time, and whether it failed.
+    fn watch_blocks(bytes: &[u8], chunk: usize) -> (Vec<WatchBlock>, bool) {
+        let mut decoder = WatchDecoder::new();
+        let mut blocks = Vec::new();
+        for piece in bytes.chunks(chunk.max(1)) {
+            decoder.push(piece);
+            loop {
+                match decoder.next_block() {
+                    Ok(Some(block)) => blocks.push(block),
+                    Ok(None) => break,
+                    Err(_) => return (blocks, true),
+                }
+            }
+        }
+        (blocks, false)
+    }
+
     proptest! {
         // 512 cases unless PROPTEST_CASES asks for another count.
         #![proptest_config(ProptestConfig {
@@ -2823,6 +2928,70 @@ mod tests {
             if let Ok(request) = Request::parse(text.as_bytes()) {
                 // Whatever was accepted encodes and reads back to the same request.
                 prop_assert_eq!(Request::parse(&request.encode().unwrap()).unwrap(), request);
+            }
+        }
+
+        #[test]
+        fn reading_the_head_first_agrees_with_the_parser(
+            bytes in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..256),
+                any_request().prop_map(|request| request.encode().unwrap()),
+            ],
+            chunk in 1usize..64,
+        ) {
+            let whole = Request::parse(&bytes);
+            match (whole, head_then_body(&bytes, chunk)) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                (Err(a), Err(b)) => prop_assert_eq!(a.kind(), b.kind()),
+                (a, b) => prop_assert!(false, "parse {:?} but read {:?}", a, b),
+            }
+        }
+
+        #[test]
+        fn parsed_responses_encode_and_read_back(bytes in prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..256),
+            proptest::string::string_regex("---\n([a-z-]{1,8}: [ -~]{0,12}\n){0,4}---\n[ -~]{0,8}")
+                .unwrap()
+                .prop_map(String::into_bytes),
+        ]) {
+            if let Ok(response) = Response::parse(&bytes) {
+                prop_assert_eq!(Response::parse(&response.encode()).unwrap(), response);
+            }
+        }
+
+        #[test]
+        fn watch_streams_decode_alike_in_any_chunking_and_blocks_read_back(
+            bytes in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..256),
+                (any_path(), 0u64..1000, proptest::option::of("[ -~]{0,16}")).prop_map(
+                    |(path, sequence, agent)| {
+                        let block = WatchBlock::Event(WatchEvent {
+                            cursor: WatchCursor::new("e1", sequence).unwrap(),
+                            path,
+                            version: 1,
+                            op: "publish".into(),
+                            hash: None,
+                            agent,
+                        });
+                        let mut stream = block.encode().map(|b| b.to_vec()).unwrap_or_default();
+                        stream.extend_from_slice(
+                            &WatchBlock::control(Status::Ok, WatchCursor::new("e1", 9).unwrap())
+                                .encode()
+                                .unwrap(),
+                        );
+                        stream
+                    },
+                ),
+            ],
+            chunk in 1usize..64,
+        ) {
+            let (chunked, chunked_failed) = watch_blocks(&bytes, chunk);
+            let (whole, whole_failed) = watch_blocks(&bytes, bytes.len().max(1));
+            prop_assert_eq!(&chunked, &whole);
+            prop_assert_eq!(chunked_failed, whole_failed);
+            for block in whole {
+                let encoded = block.encode().unwrap();
+                prop_assert_eq!(WatchBlock::parse(&encoded).unwrap(), block);
             }
         }
 
