@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use quire_backend::Store;
 use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::changes::DEFAULT_RING;
 use quire_backend::file::{FileOptions, FileStore};
+use quire_backend::{SearchOptions, Store};
 use quire_blob::BlobStore;
 use quire_blob::file::FileStore as FileBlobs;
 use quire_blob::gcs::{GcsAuth, GcsConfig, GcsStore};
@@ -34,6 +34,7 @@ impl StoreFactory for Backends {
                     read_only: world.read_only,
                     max_documents: world.max_documents.map_or(0, |n| n.get()),
                     change_ring: DEFAULT_RING,
+                    search: search_options(world),
                     ..FileOptions::default()
                 };
                 let store = FileStore::open(root.clone(), options)
@@ -59,6 +60,7 @@ impl StoreFactory for Backends {
                     max_documents: world.max_documents.map_or(0, |n| n.get()),
                     policy_path: world.policy.enforce.then(crate::policy::policy_path),
                     change_ring: DEFAULT_RING,
+                    search: search_options(world),
                     ..BucketOptions::default()
                 };
                 let store = BucketStore::open(blobs, options)
@@ -67,6 +69,17 @@ impl StoreFactory for Backends {
                 Ok(Arc::new(store))
             }
         }
+    }
+}
+
+/// The world's body search settings.
+fn search_options(world: &WorldConfig) -> SearchOptions {
+    SearchOptions {
+        cache_dir: Some(world.search.cache_dir.clone()),
+        evict_after: world.search.evict_after,
+        fold_every: world.search.fold_every,
+        fold_documents: world.search.fold_documents.get() as usize,
+        ..SearchOptions::default()
     }
 }
 
