@@ -1609,7 +1609,7 @@ root = "./notes"
         assert_refused(
             &with_backend(&format!("{base}fold_documents = 0\n")),
             9,
-            "fold_documents",
+            "nonzero",
         );
         assert_refused(&with_backend(&format!("{base}cache = \"x\"\n")), 9, "cache");
     }
