@@ -10,8 +10,13 @@
 //! writes in flight so the committer batches them. Then a second store opens the world cold
 //! and the bench reports:
 //! - the first body answer on that cold replica (nothing built: it reads every body) and the
-//!   indexing throughput it implies (documents/s, one worker);
-//! - resident memory before and after the index is built (the process's RSS);
+//!   indexing throughput it implies (documents/s, and per CPU-second of the process);
+//! - resident memory before and after the index is built (the process's RSS, and its
+//!   anonymous and file-backed parts: the index files are mapped, so their pages count as
+//!   file-backed and the kernel may reclaim them);
+//! - the index's bytes on disk against the bodies' bytes;
+//! - the first body answer on a third, cold replica when the bucket holds a copy of the
+//!   index (put by the second replica as after a checkpoint);
 //! - p50/p99 latency of 1-, 2- and 3-term queries and of two-word phrases (`Q` each);
 //! - how long after a commit the write is searchable on its own replica and on a peer told
 //!   by a hint.
@@ -23,7 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quire_backend::bucket::{BucketOptions, BucketStore};
-use quire_backend::{CatalogQuery, Ctx, ErrorKind, Follower, MatchMode, Store, WriteRequest};
+use quire_backend::{
+    CatalogQuery, Ctx, ErrorKind, Follower, MatchMode, SearchOptions, Store, WriteRequest,
+};
 use quire_blob::BlobStore;
 use quire_blob::file::FileStore;
 use quire_log::commit::CommittedHook;
@@ -150,6 +157,50 @@ fn document(vocab: &Vocabulary, rng: &mut StdRng) -> (String, String) {
     (body, tags)
 }
 
+/// `RssAnon` and `RssFile` of this process, MiB.
+fn rss_parts_mib() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    };
+    (field("RssAnon:"), field("RssFile:"))
+}
+
+/// CPU seconds (user + system) this process used so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 fn rss_mib() -> f64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     let pages: f64 = statm
@@ -160,9 +211,13 @@ fn rss_mib() -> f64 {
     pages * 4096.0 / (1024.0 * 1024.0)
 }
 
-fn options() -> BucketOptions {
+fn options(cache: &std::path::Path) -> BucketOptions {
     BucketOptions {
         compaction: None,
+        search: SearchOptions {
+            cache_dir: Some(cache.to_owned()),
+            ..SearchOptions::default()
+        },
         ..BucketOptions::default()
     }
 }
@@ -201,7 +256,8 @@ async fn main() {
     let mut rng = StdRng::seed_from_u64(args.seed);
     let vocab = Arc::new(Vocabulary::new(&mut rng, 50_000));
 
-    let writer = BucketStore::open(blobs.clone(), options())
+    let cache = |name: &str| scratch.path().join(name);
+    let writer = BucketStore::open(blobs.clone(), options(&cache("writer")))
         .await
         .expect("a writer");
     let started = Instant::now();
@@ -241,7 +297,7 @@ async fn main() {
     let hint: CommittedHook = Arc::new(move |sequence: u64| peer.follow(sequence));
     let reader_options = BucketOptions {
         on_committed: Some(hint),
-        ..options()
+        ..options(&cache("reader"))
     };
     let reader = BucketStore::open(blobs.clone(), reader_options)
         .await
@@ -253,17 +309,27 @@ async fn main() {
     );
     let rss_before = rss_mib();
     let first = CatalogQuery::new(vocab.words[0].clone()).mode(MatchMode::Body);
+    let cpu_before = cpu_seconds();
     let (rows, took) = until_body(&reader, &first).await;
+    let cpu = cpu_seconds() - cpu_before;
     println!(
-        "first body answer on a cold replica, nothing built: {:.2} s ({rows} rows); {:.0} documents/s indexed",
+        "first body answer on a cold replica, nothing built: {:.2} s ({rows} rows); {:.0} documents/s indexed, {:.0} documents per CPU-second ({cpu:.1} CPU-s)",
         took.as_secs_f64(),
-        args.docs as f64 / took.as_secs_f64()
+        args.docs as f64 / took.as_secs_f64(),
+        args.docs as f64 / cpu.max(1e-9)
     );
+    let (anon, file) = rss_parts_mib();
     println!(
-        "RSS with the warm index: {:.0} MiB ({:+.0} MiB for the index; bodies {:.0} MiB)",
+        "RSS with the warm index: {:.0} MiB ({:+.0} MiB for the index; anonymous {anon:.0} MiB, file-backed {file:.0} MiB; bodies {:.0} MiB)",
         rss_mib(),
         rss_mib() - rss_before,
         corpus_bytes as f64 / (1024.0 * 1024.0)
+    );
+    let index_bytes = dir_bytes(&cache("reader"));
+    println!(
+        "index on disk: {:.1} MiB, {:.2} bytes per body byte",
+        index_bytes as f64 / (1024.0 * 1024.0),
+        index_bytes as f64 / corpus_bytes.max(1) as f64
     );
 
     for (label, terms, phrase) in [
@@ -300,6 +366,23 @@ async fn main() {
             total_rows as f64 / args.queries.max(1) as f64
         );
     }
+
+    // A copy of the reader's index in the bucket (as after a checkpoint), then a third cold
+    // replica's first body answer from it.
+    let search = reader.body_search().clone();
+    let exported = search.status().exports;
+    search.checkpointed(0);
+    search.wait_until(|s| s.exports > exported).await;
+    let cold = BucketStore::open(blobs.clone(), options(&cache("cold")))
+        .await
+        .expect("a cold replica");
+    let (rows, took) = until_body(&cold, &first).await;
+    println!(
+        "first body answer on a cold replica with a copy in the bucket: {:.2} s ({rows} rows; downloads {})",
+        took.as_secs_f64(),
+        cold.body_search().status().downloads
+    );
+    cold.close().await;
 
     // A write searchable on its own replica, then on a peer told by a hint.
     let marker = "zzmarkerword";

@@ -40,7 +40,9 @@
 //! - **Body search.** Every snapshot the store installs is offered to the world's
 //!   [`BodySearch`] (a queue push, nothing more, on the commit path): the section index is
 //!   built on the first body search, follows the installed snapshots in the background and is
-//!   evicted when idle ([`BucketOptions::search`]; see [`crate::search`]).
+//!   evicted when idle ([`BucketOptions::search`]; see [`crate::search`]). Its copies in the
+//!   bucket ([`crate::search_shelf`], under `search/`) follow the compactor: after a checkpoint
+//!   is written the index puts a copy and the shelf is collected by the checkpoints kept.
 //! - **The `committed` hook** ([`BucketOptions::on_committed`]) sees every sequence this
 //!   store's committer learned the log reached: a server forwards them to peers as hints.
 //!
@@ -73,6 +75,7 @@ use crate::ctx::Ctx;
 use crate::elapsed::{Elapsed, TokioElapsed};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::search::{BodySearch, SearchOptions};
+use crate::search_shelf::BucketShelf;
 use crate::snapshot::{Freshness, LogPrecondition, Snapshot, SnapshotSource, SnapshotView};
 use crate::types::{
     ArchiveRequest, ArchiveResult, CommitCounters, Document, Prune, StoreStats, WriteRequest,
@@ -487,6 +490,7 @@ impl BucketStore {
             };
             Committer::start(blobs.clone(), state.clone(), options.clock.clone(), config)
         });
+        let (blobs_for_shelf, prefix_for_shelf) = (blobs.clone(), prefix.clone());
         let shared = Arc::new(Shared {
             blobs,
             prefix,
@@ -496,7 +500,15 @@ impl BucketStore {
                 confirmed: Some(opened_at),
             }),
             elapsed: options.elapsed.clone(),
-            search: BodySearch::new(options.search.clone()),
+            search: BodySearch::with_shelf(
+                options.search.clone(),
+                Some(Arc::new(BucketShelf::new(
+                    blobs_for_shelf,
+                    &prefix_for_shelf,
+                    &world.to_string(),
+                    options.search.shelf_grace,
+                ))),
+            ),
         });
         let compaction = match (&options.compaction, options.read_only) {
             (Some(policy), false) => Some(start_compactor(
@@ -504,6 +516,7 @@ impl BucketStore {
                 shared.committer.clone(),
                 policy.clone(),
                 &options,
+                shared.search.clone(),
             )),
             _ => None,
         };
@@ -722,6 +735,7 @@ fn start_compactor(
     committer: Option<Committer>,
     policy: Policy,
     options: &BucketOptions,
+    search: BodySearch,
 ) -> Compaction {
     let stop = CancellationToken::new();
     let (done_tx, done) = oneshot::channel();
@@ -730,7 +744,10 @@ fn start_compactor(
     let every = options.compact_every;
     let token = stop.clone();
     tokio::spawn(async move {
-        compact(replica, committer, compactor, every, token, steps_tx).await;
+        compact(
+            replica, committer, compactor, every, token, steps_tx, search,
+        )
+        .await;
         let _ = done_tx.send(());
     });
     Compaction {
@@ -750,6 +767,7 @@ async fn compact(
     every: Duration,
     stop: CancellationToken,
     steps: watch::Sender<Option<Step>>,
+    search: BodySearch,
 ) {
     // What the store learned of the log: its own commits, races, hints and reads.
     let mut learned = committer.as_ref().map(Committer::subscribe);
@@ -786,6 +804,19 @@ async fn compact(
                     if let (true, Some(committer), Some(before)) = (moved, &committer, before) {
                         let paths = before.changed_paths(replica.state());
                         committer.shed(Folded::from_state(replica.state(), paths)).await;
+                    }
+                    if let Step::Written { sequence, dropped, .. } = &step {
+                        // Off the commit path: copies of the section index follow the
+                        // checkpoints (put after one is written, collected with the drop).
+                        search.checkpointed(
+                            dropped
+                                .kept
+                                .iter()
+                                .copied()
+                                .filter(|s| *s > quire_log::marker::GENESIS_SEQUENCE)
+                                .min()
+                                .unwrap_or(*sequence),
+                        );
                     }
                     steps.send_replace(Some(step));
                 }

@@ -33,6 +33,7 @@ pub mod elapsed;
 mod error;
 pub mod file;
 pub mod search;
+pub mod search_shelf;
 pub mod snapshot;
 pub mod types;
 
@@ -46,7 +47,7 @@ pub use quire_index::{CatalogMatch, CatalogQuery, Filter, MatchMode, SectionHit}
 pub use quire_log::build::PreparedWrite;
 pub use quire_log::metadata::Metadata;
 pub use quire_log::{DocPath, DocSummary, Hash, Timestamp};
-pub use search::{BodySearch, SearchOptions, SearchStatus};
+pub use search::{BodySearch, IndexShelf, SearchOptions, SearchStatus};
 pub use types::{
     ArchiveRequest, ArchiveResult, CommitCounters, DirEntry, Document, ListOptions, Prune,
     StoreStats, VersionInfo, WriteRequest,

@@ -20,15 +20,25 @@
 //! - **Damaged bodies** (unreadable, or not hashing to their record) are logged and leave
 //!   their document without sections: recall degrades, nothing fails.
 //!
-//! The index lives in memory (persistent maps shared between versions); it keeps no files.
+//! - **Stored, plus a delta.** A version is a commit of the world's stored index (tantivy:
+//!   files in [`SearchOptions::cache_dir`], or memory without one) plus an in-memory delta of
+//!   the documents changed since ([`IndexVersion`]). The worker folds the delta into the store
+//!   and commits when it holds [`SearchOptions::fold_documents`] documents or is
+//!   [`SearchOptions::fold_every`] old, so a new snapshot costs only its changed documents and
+//!   the store commits at most about once per `fold_every`. Memory stays bounded by the
+//!   writer's budget and the delta; the store's files are in the page cache.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures::StreamExt;
-use quire_index::{CatalogMatch, CatalogQuery, EntryKey, SectionIndex};
+use quire_index::{
+    CatalogMatch, CatalogQuery, EntryKey, Export, Import, IndexVersion, SectionStore, StoreError,
+};
 use quire_log::version::StoredVersion;
 use quire_log::{DocPath, DocState, Hash, WorldState};
 use tokio::sync::{Notify, watch};
@@ -39,6 +49,20 @@ use crate::contract::SEARCH_FRESHNESS;
 use crate::ctx::Ctx;
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::snapshot::{Snapshot, SnapshotSource};
+
+/// Where a world keeps copies of its section index for cold replicas (the bucket store's
+/// [`crate::search_shelf::BucketShelf`]). Every call runs off the commit path.
+#[async_trait]
+pub trait IndexShelf: Send + Sync + fmt::Debug {
+    /// Stores a copy of `store`'s last commit (`export`), which covers `sequence`.
+    async fn put(&self, sequence: u64, store: Arc<SectionStore>, export: Export) -> Result<()>;
+    /// Copies the newest stored index into `into`, verified object by object; `None` when
+    /// there is none. Returns the sequence it covers and the opened store.
+    async fn take(&self, into: Import) -> Result<Option<(u64, SectionStore)>>;
+    /// Drops copies older than the oldest kept checkpoint and parts nothing names; returns
+    /// the objects deleted.
+    async fn collect(&self, oldest_kept: u64) -> Result<u64>;
+}
 
 /// Waiting snapshots beyond which the worker steps straight to the newest.
 pub const MAX_QUEUED: usize = 1024;
@@ -54,11 +78,16 @@ pub struct SearchOptions {
     pub retain: Duration,
     /// Bodies read at once while building.
     pub readers: usize,
-    /// The most documents a world may hold for an index to be built. The index lives
-    /// in memory (about 20 bytes for every byte of body), so past this a body search is
-    /// answered from the catalog rather than letting one request make a replica allocate
-    /// gigabytes.
-    pub max_documents: u64,
+    /// Where the stored index keeps its files (a fresh directory inside it per build,
+    /// removed on eviction); `None` keeps them in memory.
+    pub cache_dir: Option<PathBuf>,
+    /// Delta size at which the worker folds it into the stored index.
+    pub fold_documents: usize,
+    /// Delta age at which the worker folds it into the stored index.
+    pub fold_every: Duration,
+    /// How old a part of a copy on the shelf must be before a collection may take it when no
+    /// manifest names it (a copy being written names its parts only when done).
+    pub shelf_grace: Duration,
 }
 
 impl Default for SearchOptions {
@@ -68,7 +97,10 @@ impl Default for SearchOptions {
             evict_after: Duration::from_secs(30 * 60),
             retain: Duration::from_secs(30),
             readers: 16,
-            max_documents: 50_000,
+            cache_dir: None,
+            fold_documents: 4096,
+            fold_every: Duration::from_secs(2),
+            shelf_grace: Duration::from_secs(3600),
         }
     }
 }
@@ -86,11 +118,19 @@ pub struct SearchStatus {
     pub builds: u64,
     /// Evictions since the store opened.
     pub evictions: u64,
+    /// Deltas folded into the stored index since the store opened.
+    pub folds: u64,
+    /// Builds that started from a copy on the shelf instead of every body.
+    pub downloads: u64,
+    /// Copies put on the shelf.
+    pub exports: u64,
+    /// Shelf collections finished (after checkpoint drops).
+    pub collections: u64,
 }
 
 #[derive(Debug)]
 struct Version {
-    index: SectionIndex,
+    index: IndexVersion,
     /// When a newer version replaced it.
     superseded: Option<Instant>,
 }
@@ -112,9 +152,14 @@ struct Run {
 
 struct SearchInner {
     options: SearchOptions,
+    shelf: Option<Arc<dyn IndexShelf>>,
+    /// A checkpoint was written since the last copy: put the next commit on the shelf.
+    export_due: std::sync::atomic::AtomicBool,
+    /// The oldest kept checkpoint to collect the shelf by once the copy is put.
+    collect_after: Mutex<Option<u64>>,
     run: Mutex<Option<Run>>,
     wake: Notify,
-    published: watch::Sender<Published>,
+    published: Arc<watch::Sender<Published>>,
     stop: CancellationToken,
 }
 
@@ -145,12 +190,21 @@ fn unavailable(scope: &str, detail: impl Into<String>) -> Error {
 
 impl BodySearch {
     pub fn new(options: SearchOptions) -> BodySearch {
+        BodySearch::with_shelf(options, None)
+    }
+
+    /// A body search that downloads its first index from `shelf` when it holds one, and puts
+    /// a copy there after each checkpoint ([`BodySearch::checkpointed`]).
+    pub fn with_shelf(options: SearchOptions, shelf: Option<Arc<dyn IndexShelf>>) -> BodySearch {
         BodySearch {
             inner: Arc::new(SearchInner {
                 options,
+                shelf,
+                export_due: Default::default(),
+                collect_after: Mutex::new(None),
                 run: Mutex::new(None),
                 wake: Notify::new(),
-                published: watch::Sender::new(Published::default()),
+                published: Arc::new(watch::Sender::new(Published::default())),
                 stop: CancellationToken::new(),
             }),
         }
@@ -167,6 +221,30 @@ impl BodySearch {
             queue(run, snapshot);
             self.inner.wake.notify_one();
         }
+    }
+
+    /// A checkpoint was written and checkpoints older than `oldest_kept` dropped: the shelf
+    /// is collected, and a running index puts a copy of its next commit there. Never blocks.
+    pub fn checkpointed(&self, oldest_kept: u64) {
+        let Some(shelf) = self.inner.shelf.clone() else {
+            return;
+        };
+        if self.lock().is_some() {
+            // The worker puts its copy first, then collects (so it never takes the parts
+            // of the copy it is writing).
+            let mut collect = self
+                .inner
+                .collect_after
+                .lock()
+                .expect("search lock poisoned");
+            *collect = Some(collect.map_or(oldest_kept, |c| c.max(oldest_kept)));
+            self.inner
+                .export_due
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.inner.wake.notify_one();
+            return;
+        }
+        tokio::spawn(collect(shelf, self.inner.published.clone(), oldest_kept));
     }
 
     /// What the worker has now.
@@ -199,16 +277,6 @@ impl BodySearch {
             return Err(unavailable(&query.scope, "body search is closed"));
         }
         let sequence = snapshot.state.sequence();
-        let documents = snapshot.state.doc_count();
-        if documents > self.inner.options.max_documents {
-            return Err(unavailable(
-                &query.scope,
-                format!(
-                    "body search indexes worlds of at most {} documents; this one holds {documents}",
-                    self.inner.options.max_documents
-                ),
-            ));
-        }
         {
             let mut run = self.lock();
             match run.as_mut() {
@@ -263,7 +331,9 @@ impl BodySearch {
                 }
             }
         };
-        Ok(index.lookup(query, snapshot.catalog()))
+        index
+            .lookup(query, snapshot.catalog())
+            .map_err(|e| unavailable(&query.scope, e.to_string()))
     }
 }
 
@@ -307,11 +377,11 @@ fn entry_key(doc: &DocState) -> EntryKey {
     }
 }
 
-/// Brings `index` in line with `state` for `paths`, reading the bodies that changed.
+/// Brings `version` in line with `state` for `paths`, reading the bodies that changed.
 async fn sync(
     source: &dyn SnapshotSource,
     readers: usize,
-    index: &mut SectionIndex,
+    version: &mut IndexVersion,
     state: &WorldState,
     paths: impl IntoIterator<Item = DocPath>,
 ) {
@@ -320,11 +390,11 @@ async fn sync(
         match state.doc(&path).filter(|d| !d.archived) {
             Some(doc) => {
                 let key = entry_key(doc);
-                if index.key(&path) != Some(&key) {
+                if !version.is_current(&path, &key) {
                     reads.push((doc.clone(), key));
                 }
             }
-            None => index.remove(&path),
+            None => version.remove(&path),
         }
     }
     let mut bodies = futures::stream::iter(reads)
@@ -334,14 +404,276 @@ async fn sync(
         })
         .buffer_unordered(readers.max(1));
     while let Some((doc, key, body)) = bodies.next().await {
-        match body {
-            Ok(body) => index.upsert(&doc.path, key, &body),
-            Err(error) => {
-                tracing::warn!(path = %doc.path, %error, "body not indexed");
-                index.upsert(&doc.path, key, "");
-            }
+        version.upsert(&doc.path, key, &body_or_nothing(&doc, body));
+    }
+}
+
+/// A body read for indexing; a damaged one indexes as no text.
+fn body_or_nothing(doc: &DocState, body: Result<String>) -> String {
+    body.unwrap_or_else(|error| {
+        tracing::warn!(path = %doc.path, %error, "body not indexed");
+        String::new()
+    })
+}
+
+/// Bodies handed to the stored index's writer at once while building.
+const BUILD_BATCH: usize = 256;
+
+/// The stored index of a world and where its files are.
+struct Stored {
+    store: Arc<SectionStore>,
+    /// Removed (with the files) when the index is dropped.
+    _dir: Option<tempfile::TempDir>,
+    last_fold: Instant,
+}
+
+fn store_error(e: impl fmt::Display) -> StoreError {
+    StoreError::from(std::io::Error::other(e.to_string()))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::result::Result<T, StoreError> + Send + 'static,
+) -> std::result::Result<T, StoreError> {
+    tokio::task::spawn_blocking(f).await.map_err(store_error)?
+}
+
+/// A fresh directory for a stored index inside the cache directory (none without one).
+fn fresh_dir(
+    options: &SearchOptions,
+) -> std::result::Result<Option<tempfile::TempDir>, StoreError> {
+    match &options.cache_dir {
+        Some(root) => {
+            std::fs::create_dir_all(root)?;
+            Ok(Some(
+                tempfile::Builder::new()
+                    .prefix("sections-")
+                    .tempdir_in(root)?,
+            ))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The index of `state` from the newest copy on the shelf: downloaded, verified, compared
+/// with `state` document by document, and brought to it by reading only the bodies that
+/// differ. `None` when the shelf holds no usable copy.
+async fn download(
+    options: &SearchOptions,
+    shelf: &Arc<dyn IndexShelf>,
+    source: &dyn SnapshotSource,
+    state: &WorldState,
+) -> std::result::Result<Option<(Stored, IndexVersion)>, StoreError> {
+    let dir = fresh_dir(options)?;
+    let import = Import::new(dir.as_ref().map(|d| d.path()))?;
+    let store = match shelf.take(import).await {
+        Ok(Some((_, store))) => Arc::new(store),
+        Ok(None) => return Ok(None),
+        Err(error) => {
+            tracing::warn!(%error, "the section index copy is unusable; building from the bodies");
+            return Ok(None);
+        }
+    };
+    let base = store.base()?;
+    let reading = base.clone();
+    let keys = blocking(move || reading.keys()).await?;
+    let mut changed: Vec<DocPath> = Vec::new();
+    let mut copied = keys.iter().peekable();
+    for doc in state.docs().filter(|d| !d.archived) {
+        while let Some((path, _)) = copied.next_if(|(p, _)| p.as_str() < doc.path.as_str()) {
+            changed.extend(DocPath::parse(path).ok());
+        }
+        match copied.next_if(|(p, _)| p.as_str() == doc.path.as_str()) {
+            Some((_, digest)) if *digest == quire_index::store::key_digest(&entry_key(doc)) => {}
+            _ => changed.push(doc.path.clone()),
         }
     }
+    changed.extend(copied.filter_map(|(p, _)| DocPath::parse(p).ok()));
+    let mut version = IndexVersion::new(Some(base));
+    sync(source, options.readers, &mut version, state, changed).await;
+    Ok(Some((
+        Stored {
+            store,
+            _dir: dir,
+            last_fold: Instant::now(),
+        },
+        version,
+    )))
+}
+
+/// A new stored index holding every live document of `state`, committed at its sequence.
+async fn build(
+    options: &SearchOptions,
+    source: &dyn SnapshotSource,
+    state: &WorldState,
+) -> std::result::Result<(Stored, IndexVersion), StoreError> {
+    let dir = fresh_dir(options)?;
+    let path = dir.as_ref().map(|d| d.path().to_owned());
+    let store = Arc::new(blocking(move || SectionStore::create(path.as_deref())).await?);
+    let docs: Vec<Arc<DocState>> = state.docs().filter(|d| !d.archived).cloned().collect();
+    let mut bodies = futures::stream::iter(docs)
+        .map(|doc| async move {
+            let body = read_body(source, &doc).await;
+            (doc, body)
+        })
+        .buffered(options.readers.max(1))
+        .chunks(BUILD_BATCH);
+    while let Some(batch) = bodies.next().await {
+        let store = store.clone();
+        blocking(move || {
+            for (doc, body) in batch {
+                let body = body_or_nothing(&doc, body);
+                store.add(&doc.path, entry_key(&doc), &body)?;
+            }
+            Ok(())
+        })
+        .await?;
+    }
+    let sequence = state.sequence();
+    let committing = store.clone();
+    let base = blocking(move || committing.commit(sequence)).await?;
+    Ok((
+        Stored {
+            store,
+            _dir: dir,
+            last_fold: Instant::now(),
+        },
+        IndexVersion::new(Some(base)),
+    ))
+}
+
+/// Folds `version`'s delta into the store when it is big or old enough; returns the version
+/// over the new commit (the same documents).
+async fn maybe_fold(
+    options: &SearchOptions,
+    stored: &mut Stored,
+    version: IndexVersion,
+    sequence: u64,
+) -> std::result::Result<(IndexVersion, bool), StoreError> {
+    let size = version.changed().len();
+    let due = size >= options.fold_documents
+        || (size > 0 && stored.last_fold.elapsed() >= options.fold_every);
+    if !due {
+        return Ok((version, false));
+    }
+    let store = stored.store.clone();
+    let folding = version.clone();
+    let base = blocking(move || {
+        store.fold(&folding)?;
+        store.commit(sequence)
+    })
+    .await?;
+    stored.last_fold = Instant::now();
+    Ok((IndexVersion::new(Some(base)), true))
+}
+
+/// Collects the shelf by the oldest kept checkpoint.
+async fn collect(
+    shelf: Arc<dyn IndexShelf>,
+    published: Arc<watch::Sender<Published>>,
+    oldest_kept: u64,
+) {
+    match shelf.collect(oldest_kept).await {
+        Ok(_) => published.send_modify(|p| p.status.collections += 1),
+        Err(error) => tracing::warn!(%error, "collecting section index copies failed"),
+    }
+}
+
+/// Publishes `version` as the one of `sequence`, superseding older ones.
+fn publish(inner: &SearchInner, sequence: u64, version: &IndexVersion) {
+    let retain = inner.options.retain;
+    inner.published.send_modify(|p| {
+        let now = Instant::now();
+        for (at, old) in p.versions.iter_mut() {
+            if *at != sequence {
+                old.superseded.get_or_insert(now);
+            }
+        }
+        p.versions
+            .retain(|_, v| v.superseded.is_none_or(|at| now < at + retain));
+        p.versions.insert(
+            sequence,
+            Version {
+                index: version.clone(),
+                superseded: None,
+            },
+        );
+        p.status.reached = p.status.reached.max(sequence);
+        p.status.sequences = p.versions.keys().copied().collect();
+    });
+}
+
+/// The first index of a run: downloaded from the shelf when it holds a usable copy, else
+/// built from every body.
+async fn first(
+    inner: &Arc<SearchInner>,
+    source: &dyn SnapshotSource,
+    state: &WorldState,
+) -> std::result::Result<(Stored, IndexVersion), StoreError> {
+    if let Some(shelf) = &inner.shelf
+        && let Some(found) = download(&inner.options, shelf, source, state).await?
+    {
+        inner.published.send_modify(|p| p.status.downloads += 1);
+        return Ok(found);
+    }
+    build(&inner.options, source, state).await
+}
+
+/// When a checkpoint asked for a copy: folds the delta (so the commit covers `sequence`) and
+/// puts the commit on the shelf in the background. Returns the version to publish.
+async fn export(
+    inner: &Arc<SearchInner>,
+    stored: &mut Stored,
+    version: IndexVersion,
+    sequence: u64,
+) -> IndexVersion {
+    let Some(shelf) = inner.shelf.clone() else {
+        return version;
+    };
+    if !inner
+        .export_due
+        .swap(false, std::sync::atomic::Ordering::Relaxed)
+    {
+        return version;
+    }
+    let store = stored.store.clone();
+    let folding = version.clone();
+    let committed = blocking(move || {
+        if !folding.changed().is_empty() {
+            store.fold(&folding)?;
+        }
+        let base = store.commit(sequence)?;
+        let export = store.export()?;
+        Ok((base, export))
+    })
+    .await;
+    let (base, copy) = match committed {
+        Ok(done) => done,
+        Err(error) => {
+            tracing::warn!(%error, "section index commit for a copy failed");
+            return version;
+        }
+    };
+    stored.last_fold = Instant::now();
+    let store = stored.store.clone();
+    let published = inner.published.clone();
+    let held = base.clone();
+    let collect_after = inner
+        .collect_after
+        .lock()
+        .expect("search lock poisoned")
+        .take();
+    tokio::spawn(async move {
+        // `held` keeps the commit's files while they are read.
+        match shelf.put(sequence, store, copy).await {
+            Ok(()) => published.send_modify(|p| p.status.exports += 1),
+            Err(error) => tracing::warn!(%error, "putting a section index copy failed"),
+        }
+        drop(held);
+        if let Some(oldest_kept) = collect_after {
+            collect(shelf, published, oldest_kept).await;
+        }
+    });
+    IndexVersion::new(Some(base))
 }
 
 /// Drops every version; the caller holds the run lock (so a search starting a new worker
@@ -357,9 +689,10 @@ fn clear(inner: &SearchInner, evicted: bool) {
 }
 
 /// The worker: takes queued snapshots in order, advances the index to each and publishes its
-/// version; stops when closed, evicted or the store is gone.
+/// version; stops when closed, evicted, the store is gone or the stored index fails.
 async fn work(inner: Arc<SearchInner>, source: Weak<dyn SnapshotSource>) {
-    let mut current: Option<(WorldState, SectionIndex)> = None;
+    let mut current: Option<(WorldState, IndexVersion)> = None;
+    let mut stored: Option<Stored> = None;
     loop {
         let next = {
             let mut guard = inner.run.lock().expect("search lock poisoned");
@@ -380,6 +713,15 @@ async fn work(inner: Arc<SearchInner>, source: Weak<dyn SnapshotSource>) {
             None => break,
             Some(Ok(snapshot)) => snapshot,
             Some(Err(idle_until)) => {
+                if inner.export_due.load(std::sync::atomic::Ordering::Relaxed)
+                    && let (Some((state, version)), Some(store)) = (current.take(), stored.as_mut())
+                {
+                    let sequence = state.sequence();
+                    let version = export(&inner, store, version, sequence).await;
+                    publish(&inner, sequence, &version);
+                    current = Some((state, version));
+                    continue;
+                }
                 tokio::select! {
                     () = inner.stop.cancelled() => {}
                     () = inner.wake.notified() => {}
@@ -393,44 +735,46 @@ async fn work(inner: Arc<SearchInner>, source: Weak<dyn SnapshotSource>) {
         };
         let state = snapshot.state.clone();
         let readers = inner.options.readers;
-        let index = match current.take() {
-            Some((old, index)) if old.sequence() >= state.sequence() => {
-                current = Some((old, index));
+        let sequence = state.sequence();
+        let version = match (current.take(), stored.as_mut()) {
+            (Some((old, version)), _) if old.sequence() >= sequence => {
+                current = Some((old, version));
                 continue;
             }
-            Some((old, mut index)) => {
+            (Some((old, mut version)), Some(store)) => {
                 let changed = old.changed_paths(&state);
-                sync(source.as_ref(), readers, &mut index, &state, changed).await;
-                index
+                sync(source.as_ref(), readers, &mut version, &state, changed).await;
+                match maybe_fold(&inner.options, store, version, sequence).await {
+                    Ok((version, folded)) => {
+                        if folded {
+                            inner.published.send_modify(|p| p.status.folds += 1);
+                        }
+                        version
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "section index fold failed; dropping the index");
+                        break;
+                    }
+                }
             }
-            None => {
-                let mut index = SectionIndex::new();
-                let paths: Vec<DocPath> = state.docs().map(|d| d.path.clone()).collect();
-                sync(source.as_ref(), readers, &mut index, &state, paths).await;
-                index
-            }
+            _ => match first(&inner, source.as_ref(), &state).await {
+                Ok((store, version)) => {
+                    stored = Some(store);
+                    version
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "section index build failed");
+                    break;
+                }
+            },
         };
         drop(source);
-        let sequence = state.sequence();
-        let retain = inner.options.retain;
-        inner.published.send_modify(|p| {
-            let now = Instant::now();
-            for version in p.versions.values_mut() {
-                version.superseded.get_or_insert(now);
-            }
-            p.versions
-                .retain(|_, v| v.superseded.is_none_or(|at| now < at + retain));
-            p.versions.insert(
-                sequence,
-                Version {
-                    index: index.clone(),
-                    superseded: None,
-                },
-            );
-            p.status.reached = p.status.reached.max(sequence);
-            p.status.sequences = p.versions.keys().copied().collect();
-        });
-        current = Some((state, index));
+        let version = match stored.as_mut() {
+            Some(store) => export(&inner, store, version, sequence).await,
+            None => version,
+        };
+        publish(&inner, sequence, &version);
+        current = Some((state, version));
     }
     let mut guard = inner.run.lock().expect("search lock poisoned");
     *guard = None;

@@ -228,43 +228,62 @@ async fn the_file_store_answers_body_lookups_and_follows_its_writes() {
     store.close().await;
 }
 
-/// The index lives in memory, so a world over the document cap is never indexed: a body
-/// search there is unavailable (answered from the catalog above the store) and starts no
-/// build, however often it is asked.
-#[tokio::test(start_paused = true)]
-async fn a_world_over_the_document_cap_is_never_indexed() {
-    let capped = || BucketOptions {
-        search: SearchOptions {
-            max_documents: 2,
-            ..search()
-        },
-        ..options()
-    };
-    let store = BucketStore::open(Arc::new(MemoryStore::new()), capped())
-        .await
-        .unwrap();
-    publish(&store, "/a.md", "# One\n\nwords\n").await;
-    publish(&store, "/b.md", "# Two\n\nwords\n").await;
-    assert_eq!(
-        fresh_rows(&store, "words").await.map(|r| r.len()),
-        Ok(2),
-        "at the cap the index is built"
-    );
-    store.close().await;
+fn files_under(dir: &std::path::Path) -> usize {
+    walk(dir).len()
+}
 
-    let store = BucketStore::open(Arc::new(MemoryStore::new()), capped())
-        .await
-        .unwrap();
-    for path in ["/a.md", "/b.md", "/c.md"] {
-        publish(&store, path, "# One\n\nwords\n").await;
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
     }
-    for _ in 0..3 {
-        assert_eq!(
-            fresh_rows(&store, "words").await,
-            Err(ErrorKind::BodyMatchUnavailable)
-        );
-    }
-    let status = store.body_search().status();
-    assert!(!status.active, "{status:?}");
-    assert_eq!(status.builds, 0);
+    out
+}
+
+/// The index keeps its files in the configured cache directory (in a directory of its own
+/// per build), folds writes into them once the delta is big enough, and removes them when
+/// it is evicted.
+#[tokio::test(start_paused = true)]
+async fn the_index_lives_in_the_cache_directory_and_leaves_with_the_eviction() {
+    let cache = tempfile::tempdir().unwrap();
+    let store = BucketStore::open(
+        Arc::new(MemoryStore::new()),
+        BucketOptions {
+            search: SearchOptions {
+                cache_dir: Some(cache.path().to_owned()),
+                fold_documents: 2,
+                fold_every: Duration::from_secs(3600),
+                ..search()
+            },
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    publish(&store, "/a.md", "# One\n\nfirst words\n").await;
+    assert_eq!(body_rows(&store, "first").await, ["/a.md#one"]);
+    let builds: Vec<_> = std::fs::read_dir(cache.path()).unwrap().flatten().collect();
+    assert_eq!(builds.len(), 1, "one directory per build");
+    assert!(files_under(cache.path()) > 0, "the index has files");
+    let search = store.body_search().clone();
+    assert_eq!(search.status().folds, 0);
+    publish(&store, "/b.md", "second words\n").await;
+    publish(&store, "/c.md", "third words\n").await;
+    assert_eq!(body_rows(&store, "words").await.len(), 3);
+    assert_eq!(
+        search.status().folds,
+        1,
+        "two changed documents were folded"
+    );
+    assert_eq!(body_rows(&store, "third").await, ["/c.md#"]);
+
+    tokio::time::advance(Duration::from_secs(601)).await;
+    signal(&search, |s| !s.active).await;
+    assert_eq!(files_under(cache.path()), 0, "evicted with its files");
+    store.close().await;
 }

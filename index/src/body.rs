@@ -141,14 +141,14 @@ impl Indexed {
     }
 }
 
-fn phrase_in(text: &str, words: &[String]) -> usize {
+pub(crate) fn phrase_in(text: &str, words: &[String]) -> usize {
     let runs = tokens::word_runs(text);
     tokens::phrase_count(runs.iter().map(|(_, r)| r.as_str()), words)
 }
 
 /// One indexed document.
 #[derive(Clone, Debug)]
-struct Doc {
+pub(crate) struct Doc {
     key: EntryKey,
     sections: Vec<Indexed>,
     /// Distinct entry (tags and title) tokens, sorted.
@@ -199,7 +199,7 @@ fn sorted_distinct(mut items: Vec<Arc<str>>) -> Vec<Arc<str>> {
     items
 }
 
-fn index_doc(key: EntryKey, body: &str) -> Doc {
+pub(crate) fn index_doc(key: EntryKey, body: &str) -> Doc {
     let mut interned: HashMap<String, Arc<str>> = HashMap::new();
     let mut intern = |t: &str| -> Arc<str> {
         if let Some(found) = interned.get(t) {
@@ -301,15 +301,6 @@ impl<'a> Candidates<'a> {
             Candidates::Set(set) => Box::new(set.iter().copied()),
         }
     }
-}
-
-/// One scored row before it is turned into a match.
-struct Row<'a> {
-    score: f64,
-    path: &'a DocPath,
-    doc: &'a Doc,
-    /// `None`: the catalog answer.
-    section: Option<&'a Indexed>,
 }
 
 impl SectionIndex {
@@ -436,12 +427,6 @@ impl SectionIndex {
         }
     }
 
-    fn idf(&self, df: u64) -> f64 {
-        let n = self.sections as f64;
-        let df = df as f64;
-        (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-    }
-
     /// Answers a body lookup over the documents `catalog` admits (it must index the same
     /// snapshot). Each match carries its [`SectionHit`].
     pub fn lookup(&self, query: &CatalogQuery, catalog: &CatalogIndex) -> Vec<CatalogMatch> {
@@ -452,39 +437,67 @@ impl SectionIndex {
         if terms.is_empty() {
             return Vec::new();
         }
-        let mut per_term: Vec<(Candidates<'_>, f64)> = Vec::with_capacity(terms.len());
+        let mut idf = Vec::with_capacity(terms.len());
         for term in &terms {
-            let Some((docs, df)) = self.candidates(term) else {
+            let Some((_, df)) = self.candidates(term) else {
                 return Vec::new();
             };
-            per_term.push((docs, self.idf(df)));
+            idf.push(idf_of(self.sections, df));
         }
-        let idf: Vec<f64> = per_term.iter().map(|(_, i)| *i).collect();
+        let stats = Ranking {
+            idf,
+            average: average_len(self.sections, self.total_len),
+        };
+        let mut rows = self.rows(&terms, &stats, &scope, query, catalog, |_| false);
+        order(&mut rows, query.max);
+        rows.into_iter()
+            .map(|row| {
+                let (anchor, heading, text) = self.section_text(&row);
+                finish(row.entry, &terms, anchor, heading, text)
+            })
+            .collect()
+    }
+
+    /// The rows of this index for `terms`, scored with `stats` (which may count more than
+    /// this index), unordered; documents `skip` names are left out.
+    pub(crate) fn rows(
+        &self,
+        terms: &[Term],
+        stats: &Ranking,
+        scope: &str,
+        query: &CatalogQuery,
+        catalog: &CatalogIndex,
+        skip: impl Fn(&DocPath) -> bool,
+    ) -> Vec<Ranked> {
+        let mut per_term: Vec<Candidates<'_>> = Vec::with_capacity(terms.len());
+        for term in terms {
+            let Some((docs, _)) = self.candidates(term) else {
+                return Vec::new();
+            };
+            per_term.push(docs);
+        }
+        let idf = &stats.idf;
+        let average = stats.average;
         // Walk the rarest term's documents; the others are only asked about them.
         let smallest = per_term
             .iter()
             .enumerate()
-            .min_by_key(|(_, (d, _))| d.len())
+            .min_by_key(|(_, d)| d.len())
             .map(|(i, _)| i)
             .unwrap_or(0);
-        let walk: Vec<&DocPath> = per_term[smallest].0.iter().collect();
+        let walk: Vec<&DocPath> = per_term[smallest].iter().collect();
         let others: Vec<&Candidates<'_>> = per_term
             .iter()
             .enumerate()
             .filter(|(i, _)| *i != smallest)
-            .map(|(_, (d, _))| d)
+            .map(|(_, d)| d)
             .collect();
-        let average = if self.sections == 0 {
-            1.0
-        } else {
-            (self.total_len as f64 / self.sections as f64).max(1.0)
-        };
-        let mut rows: Vec<(Row<'_>, CatalogMatch)> = Vec::new();
+        let mut rows: Vec<Ranked> = Vec::new();
         for path in &walk {
-            if !others.iter().all(|set| set.contains(path)) {
+            if skip(path) || !others.iter().all(|set| set.contains(path)) {
                 continue;
             }
-            let Some(entry) = catalog.admitted(&scope, &query.filters, path) else {
+            let Some(entry) = catalog.admitted(scope, &query.filters, path) else {
                 continue;
             };
             let Some((path, doc)) = self.docs.get_key_value(*path) else {
@@ -493,20 +506,16 @@ impl SectionIndex {
             let prior = prior(&entry.importance, path);
             let in_entry: Vec<bool> = terms.iter().map(|t| doc.entry_meets(t)).collect();
             if in_entry.iter().all(|m| *m) {
-                let score: f64 =
-                    idf.iter().map(|i| i * ENTRY_BOOST).sum::<f64>() * CATALOG_ROW_BOOST;
-                rows.push((
-                    Row {
-                        score: score * prior,
-                        path,
-                        doc,
-                        section: None,
-                    },
+                rows.push(Ranked {
+                    score: catalog_score(idf) * prior,
+                    path: path.clone(),
+                    anchor: String::new(),
                     entry,
-                ));
+                    source: Source::Delta(None),
+                });
                 continue;
             }
-            for section in &doc.sections {
+            for (number, section) in doc.sections.iter().enumerate() {
                 let mut score = 0.0;
                 let mut own = false;
                 let mut all = true;
@@ -518,70 +527,212 @@ impl SectionIndex {
                         break;
                     }
                     own |= count > 0 || trail;
-                    if count > 0 {
-                        let tf = f64::from(count);
-                        let norm = K1 * (1.0 - B + B * f64::from(section.len) / average);
-                        score += idf[i] * tf * (K1 + 1.0) / (tf + norm);
-                    }
-                    if trail {
-                        score += idf[i] * TRAIL_BOOST;
-                    }
-                    if in_entry[i] {
-                        score += idf[i] * ENTRY_BOOST;
-                    }
+                    score += term_score(idf[i], count, trail, in_entry[i], section.len, average);
                 }
                 if all && own {
-                    rows.push((
-                        Row {
-                            score: score * prior,
-                            path,
-                            doc,
-                            section: Some(section),
-                        },
-                        entry.clone(),
-                    ));
+                    rows.push(Ranked {
+                        score: score * prior,
+                        path: path.clone(),
+                        anchor: section.anchor.clone(),
+                        entry: entry.clone(),
+                        source: Source::Delta(Some(number)),
+                    });
                 }
             }
         }
-        rows.sort_by(|(a, _), (b, _)| {
-            b.score
-                .total_cmp(&a.score)
-                .then_with(|| a.path.cmp(b.path))
-                .then_with(|| anchor_of(a).cmp(anchor_of(b)))
-        });
-        if query.max != 0 {
-            rows.truncate(query.max);
+        rows
+    }
+
+    /// The anchor, heading and text a row of this index shows (a catalog answer shows its
+    /// first section's text).
+    pub(crate) fn section_text(&self, row: &Ranked) -> (String, String, String) {
+        let Some(doc) = self.docs.get(&row.path) else {
+            return Default::default();
+        };
+        match row.source {
+            Source::Delta(Some(n)) => doc.sections.get(n).map_or_else(Default::default, |s| {
+                (s.anchor.clone(), s.heading.clone(), s.text.clone())
+            }),
+            _ => (
+                String::new(),
+                String::new(),
+                doc.sections
+                    .first()
+                    .map_or_else(String::new, |s| s.text.clone()),
+            ),
         }
-        rows.into_iter()
-            .map(|(row, mut entry)| {
-                entry.score = terms.len();
-                let (anchor, heading, text) = match row.section {
-                    Some(s) => (s.anchor.clone(), s.heading.clone(), s.text.as_str()),
-                    None => (
-                        String::new(),
-                        String::new(),
-                        row.doc.sections.first().map_or("", |s| s.text.as_str()),
-                    ),
-                };
-                let (snippet, highlights) = snippet(text, &terms);
-                entry.section = Some(SectionHit {
-                    anchor,
-                    heading,
-                    snippet,
-                    highlights,
-                });
-                entry
-            })
+    }
+
+    /// Sections counted and their summed length (the corpus statistics of this index).
+    pub(crate) fn totals(&self) -> (u64, u64) {
+        (self.sections, self.total_len)
+    }
+
+    /// Sections holding `token` in text or trail.
+    pub(crate) fn section_df(&self, token: &str) -> u64 {
+        self.postings.get(token).map_or(0, |p| p.sections)
+    }
+
+    /// Tokens starting with `stem`, with the documents holding each.
+    pub(crate) fn tokens_from(&self, stem: &str) -> Vec<(Arc<str>, u64)> {
+        let from: Arc<str> = stem.into();
+        self.postings
+            .range((Bound::Included(from), Bound::Unbounded))
+            .take_while(|(t, _)| t.starts_with(stem))
+            .map(|(t, p)| (t.clone(), p.docs.len() as u64))
             .collect()
+    }
+
+    /// Every indexed document with its key and its sections.
+    pub(crate) fn documents(&self) -> impl Iterator<Item = (&DocPath, &EntryKey, IndexedDoc<'_>)> {
+        self.docs.iter().map(|(p, d)| (p, &d.key, IndexedDoc(d)))
     }
 }
 
-fn anchor_of<'a>(row: &'a Row<'_>) -> &'a str {
-    row.section.map_or("", |s| s.anchor.as_str())
+/// One document of a [`SectionIndex`], as folded into the stored index.
+pub(crate) struct IndexedDoc<'a>(pub(crate) &'a Doc);
+
+impl IndexedDoc<'_> {
+    pub(crate) fn entry_tokens(&self) -> impl Iterator<Item = &str> {
+        self.0.entry_tokens.iter().map(|t| &**t)
+    }
+
+    /// Per section: anchor, heading, text, trail, text tokens with counts, length and trail
+    /// tokens.
+    pub(crate) fn sections(&self) -> impl Iterator<Item = SectionParts<'_>> {
+        self.0.sections.iter().map(|s| SectionParts {
+            anchor: &s.anchor,
+            heading: &s.heading,
+            text: &s.text,
+            trail: &s.trail,
+            tf: &s.tf,
+            len: s.len,
+            trail_tokens: &s.trail_tokens,
+        })
+    }
+}
+
+/// What the stored index keeps of one section.
+pub(crate) struct SectionParts<'a> {
+    pub anchor: &'a str,
+    pub heading: &'a str,
+    pub text: &'a str,
+    pub trail: &'a [String],
+    pub tf: &'a [(Arc<str>, u32)],
+    pub len: u32,
+    pub trail_tokens: &'a [Arc<str>],
+}
+
+/// The statistics a ranking uses: per query term its idf, and the mean section length.
+#[derive(Clone, Debug)]
+pub(crate) struct Ranking {
+    pub idf: Vec<f64>,
+    pub average: f64,
+}
+
+/// Where a row comes from.
+#[derive(Clone, Debug)]
+pub(crate) enum Source {
+    /// A [`SectionIndex`]: the section's number, `None` for a catalog answer.
+    Delta(Option<usize>),
+    /// The stored index: segment, document, and whether it is a catalog answer.
+    Base {
+        segment: u32,
+        doc: u32,
+        catalog: bool,
+    },
+}
+
+/// One scored row before it is turned into a match.
+#[derive(Clone, Debug)]
+pub(crate) struct Ranked {
+    pub score: f64,
+    pub path: DocPath,
+    /// Empty for the bare section and a catalog answer.
+    pub anchor: String,
+    pub entry: CatalogMatch,
+    pub source: Source,
+}
+
+/// idf of a term held by `df` of `sections` sections.
+pub(crate) fn idf_of(sections: u64, df: u64) -> f64 {
+    let n = sections as f64;
+    let df = df as f64;
+    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+}
+
+/// Mean section length (at least 1).
+pub(crate) fn average_len(sections: u64, total_len: u64) -> f64 {
+    if sections == 0 {
+        1.0
+    } else {
+        (total_len as f64 / sections as f64).max(1.0)
+    }
+}
+
+/// A catalog answer's score before its prior.
+pub(crate) fn catalog_score(idf: &[f64]) -> f64 {
+    idf.iter().map(|i| i * ENTRY_BOOST).sum::<f64>() * CATALOG_ROW_BOOST
+}
+
+/// One term's part of a section's score before its prior.
+pub(crate) fn term_score(
+    idf: f64,
+    count: u32,
+    trail: bool,
+    entry: bool,
+    len: u32,
+    average: f64,
+) -> f64 {
+    let mut score = 0.0;
+    if count > 0 {
+        let tf = f64::from(count.min(MAX_TF));
+        let norm = K1 * (1.0 - B + B * f64::from(len) / average);
+        score += idf * tf * (K1 + 1.0) / (tf + norm);
+    }
+    if trail {
+        score += idf * TRAIL_BOOST;
+    }
+    if entry {
+        score += idf * ENTRY_BOOST;
+    }
+    score
+}
+
+/// Orders rows by score (descending), path, anchor, and keeps the first `max` (0: all).
+pub(crate) fn order(rows: &mut Vec<Ranked>, max: usize) {
+    rows.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.path.cmp(&b.path))
+            .then_with(|| a.anchor.cmp(&b.anchor))
+    });
+    if max != 0 {
+        rows.truncate(max);
+    }
+}
+
+/// The match of a row showing `text`.
+pub(crate) fn finish(
+    mut entry: CatalogMatch,
+    terms: &[Term],
+    anchor: String,
+    heading: String,
+    text: String,
+) -> CatalogMatch {
+    entry.score = terms.len();
+    let (snippet, highlights) = snippet(&text, terms);
+    entry.section = Some(SectionHit {
+        anchor,
+        heading,
+        snippet,
+        highlights,
+    });
+    entry
 }
 
 /// The importance prior times the journal demotion.
-fn prior(importance: &str, path: &DocPath) -> f64 {
+pub(crate) fn prior(importance: &str, path: &DocPath) -> f64 {
     let importance = importance.parse::<f64>().unwrap_or(0.5).clamp(0.0, 1.0);
     let demotion = if path.as_str().split('/').any(|s| s == "journal") {
         JOURNAL_DEMOTION
@@ -639,7 +790,7 @@ fn highlight(line: &str, terms: &[Term]) -> Vec<(usize, usize)> {
 }
 
 /// The snippet of `text` for `terms` and its highlights.
-fn snippet(text: &str, terms: &[Term]) -> (String, Vec<(usize, usize)>) {
+pub(crate) fn snippet(text: &str, terms: &[Term]) -> (String, Vec<(usize, usize)>) {
     let mut best: Option<(&str, usize)> = None;
     for line in text.lines() {
         let mut tokens_of_line: HashSet<String> = HashSet::new();

@@ -62,6 +62,13 @@
 //! enforce = true                       # judge writes against it when it exists
 //! required = false                     # refuse writes while it is missing or invalid
 //! seed_file = "policy.md"              # published as its first version when absent
+//!
+//! [worlds.search]                      # body search (LOOKUP match: body), every key defaulted
+//! cache_dir = "search-cache/docs"      # the section index's local files (default: this,
+//!                                      # search-cache/<world name> beside the data)
+//! evict_after = "30m"                  # drop the index after this long without a body search
+//! fold_every = "2s"                    # fold recent writes into the stored index this often
+//! fold_documents = 4096                # … or once this many documents changed
 //! ```
 //!
 //! Listeners default to the loopback address on the reference's port 6309 (UDP for QUIC,
@@ -512,7 +519,25 @@ pub struct WorldConfig {
     /// A quota on distinct document paths; `None` is unlimited.
     pub max_documents: Option<NonZeroU64>,
     pub policy: PolicyConfig,
+    pub search: SearchConfig,
 }
+
+/// `[worlds.search]`: how the world's body search keeps its section index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchConfig {
+    /// The section index's local files (a fresh directory inside per build).
+    pub cache_dir: PathBuf,
+    /// Idle time after which the index is dropped.
+    pub evict_after: Duration,
+    /// Delta age at which recent writes are folded into the stored index.
+    pub fold_every: Duration,
+    /// Delta size at which recent writes are folded into the stored index.
+    pub fold_documents: NonZeroU32,
+}
+
+/// Where a world's section index lives when its configuration names no place: beside the
+/// data (relative paths resolve against the configuration file's directory).
+pub const DEFAULT_SEARCH_CACHE: &str = "search-cache";
 
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -580,6 +605,7 @@ impl Config {
             if let Some(seed) = &mut world.policy.seed_file {
                 resolve(seed);
             }
+            resolve(&mut world.search.cache_dir);
         }
     }
 
@@ -650,6 +676,51 @@ struct RawWorld {
     max_documents: Option<NonZeroU64>,
     #[serde(default)]
     policy: RawPolicy,
+    #[serde(default)]
+    search: RawSearch,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSearch {
+    cache_dir: Option<PathBuf>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    evict_after: Option<Spanned<Duration>>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    fold_every: Option<Spanned<Duration>>,
+    fold_documents: Option<NonZeroU32>,
+}
+
+fn optional_duration<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Spanned<Duration>>, D::Error> {
+    let text = Spanned::<String>::deserialize(deserializer)?;
+    let span = text.span();
+    let parsed = humantime::parse_duration(text.get_ref()).map_err(|error| {
+        serde::de::Error::custom(format!(
+            "{:?} is not a duration such as \"10s\" or \"30m\": {error}",
+            text.get_ref()
+        ))
+    })?;
+    Ok(Some(Spanned::new(span, parsed)))
+}
+
+fn search(text: &str, name: &WorldName, raw: RawSearch) -> Result<SearchConfig, String> {
+    let positive = |value: Option<Spanned<Duration>>, key: &str, default: Duration| match value {
+        None => Ok(default),
+        Some(d) if d.get_ref().is_zero() => Err(at(text, &d, format!("{key} must be above zero"))),
+        Some(d) => Ok(d.into_inner()),
+    };
+    Ok(SearchConfig {
+        cache_dir: raw
+            .cache_dir
+            .unwrap_or_else(|| Path::new(DEFAULT_SEARCH_CACHE).join(name.as_str())),
+        evict_after: positive(raw.evict_after, "evict_after", Duration::from_secs(30 * 60))?,
+        fold_every: positive(raw.fold_every, "fold_every", Duration::from_secs(2))?,
+        fold_documents: raw
+            .fold_documents
+            .unwrap_or(NonZeroU32::new(4096).expect("nonzero")),
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -768,6 +839,7 @@ impl ConfigFile {
                     name.as_str()
                 )
             })?;
+            let search = search(text, &name, raw.search)?;
             worlds.push(WorldConfig {
                 name,
                 authorities,
@@ -777,6 +849,7 @@ impl ConfigFile {
                 read_only: raw.read_only,
                 max_documents: raw.max_documents,
                 policy: policy(text, raw.policy)?,
+                search,
             });
         }
         // A world's name also routes to it (`Worlds::for_host`): it may not be another
@@ -1575,6 +1648,51 @@ root = "./notes"
             error.to_string(),
             "config parse \"quire.toml\": invalid: line 1: unknown field `verison`, expected one of `version`, `listen`, `tls`, `peers`, `worlds`"
         );
+    }
+
+    #[test]
+    fn reads_the_search_section_and_defaults_it_beside_the_data() {
+        let defaulted = Config::embedded_default();
+        assert_eq!(
+            defaulted.worlds[0].search,
+            SearchConfig {
+                cache_dir: PathBuf::from("search-cache/local"),
+                evict_after: Duration::from_secs(1800),
+                fold_every: Duration::from_secs(2),
+                fold_documents: NonZeroU32::new(4096).unwrap(),
+            }
+        );
+        let text = with_backend(
+            "kind = \"file\"\nroot = \"r\"\n\n[worlds.search]\ncache_dir = \"idx\"\nevict_after = \"5m\"\nfold_every = \"250ms\"\nfold_documents = 10\n",
+        );
+        let mut config = parse(&text).unwrap();
+        config.resolve_paths(Path::new("/srv"));
+        assert_eq!(
+            config.worlds[0].search,
+            SearchConfig {
+                cache_dir: PathBuf::from("/srv/idx"),
+                evict_after: Duration::from_secs(300),
+                fold_every: Duration::from_millis(250),
+                fold_documents: NonZeroU32::new(10).unwrap(),
+            }
+        );
+        let base = "kind = \"file\"\nroot = \"r\"\n\n[worlds.search]\n";
+        assert_refused(
+            &with_backend(&format!("{base}evict_after = \"0s\"\n")),
+            9,
+            "evict_after must be above zero",
+        );
+        assert_refused(
+            &with_backend(&format!("{base}fold_every = \"soon\"\n")),
+            9,
+            "not a duration",
+        );
+        assert_refused(
+            &with_backend(&format!("{base}fold_documents = 0\n")),
+            9,
+            "nonzero",
+        );
+        assert_refused(&with_backend(&format!("{base}cache = \"x\"\n")), 9, "cache");
     }
 
     #[test]

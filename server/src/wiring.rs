@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::changes::DEFAULT_RING;
 use quire_backend::file::{FileOptions, FileStore};
-use quire_backend::{Follower, Store};
+use quire_backend::{Follower, SearchOptions, Store};
 use quire_blob::BlobStore;
 use quire_blob::file::FileStore as FileBlobs;
 use quire_blob::gcs::{GcsAuth, GcsConfig, GcsStore};
@@ -59,6 +59,7 @@ async fn open_world(
                     read_only: world.read_only,
                     max_documents: world.max_documents.map_or(0, |n| n.get()),
                     change_ring: DEFAULT_RING,
+                    search: search_options(world),
                     ..FileOptions::default()
                 };
                 let store = FileStore::open(root.clone(), options)
@@ -97,6 +98,7 @@ async fn open_world(
                     max_documents: world.max_documents.map_or(0, |n| n.get()),
                     policy_path: world.policy.enforce.then(crate::policy::policy_path),
                     change_ring: DEFAULT_RING,
+                    search: search_options(world),
                     ..BucketOptions::default()
                 };
                 let store = Arc::new(
@@ -113,6 +115,17 @@ async fn open_world(
                 Ok(store)
             }
         }
+    }
+}
+
+/// The world's body search settings.
+fn search_options(world: &WorldConfig) -> SearchOptions {
+    SearchOptions {
+        cache_dir: Some(world.search.cache_dir.clone()),
+        evict_after: world.search.evict_after,
+        fold_every: world.search.fold_every,
+        fold_documents: world.search.fold_documents.get() as usize,
+        ..SearchOptions::default()
     }
 }
 

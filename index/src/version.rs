@@ -1,0 +1,504 @@
+//! One version of a world's section index: a committed [`Base`] of the stored index plus a
+//! small in-memory delta (a [`SectionIndex`] of the documents changed since that commit, and
+//! the set of every path changed, removed ones included), answering as one index.
+//!
+//! Both halves rank by the same rules ([`crate::body`]) over shared statistics: N, the mean
+//! section length and each term's df add the base's and the delta's. A base section whose path
+//! the delta changed is never a row (the delta holds that document's current state or its
+//! removal). A clone is O(1): the base is a shared searcher and the delta persistent maps.
+
+use std::sync::Arc;
+
+use imbl::OrdSet;
+use quire_log::DocPath;
+
+use crate::body::SectionIndex;
+use crate::body::{EntryKey, Ranking, Source, average_len, finish, idf_of, order};
+use crate::catalog::{CatalogIndex, CatalogMatch};
+use crate::query::CatalogQuery;
+use crate::store::{self, Base, StoreResult, key_digest};
+use crate::tokens::{self, Term};
+
+/// A section index version: base plus delta.
+#[derive(Clone, Debug, Default)]
+pub struct IndexVersion {
+    base: Option<Base>,
+    delta: SectionIndex,
+    changed: OrdSet<DocPath>,
+}
+
+impl IndexVersion {
+    /// A version holding exactly `base` (or nothing).
+    pub fn new(base: Option<Base>) -> IndexVersion {
+        IndexVersion {
+            base,
+            delta: SectionIndex::new(),
+            changed: OrdSet::new(),
+        }
+    }
+
+    /// The commit under the delta.
+    pub fn base(&self) -> Option<&Base> {
+        self.base.as_ref()
+    }
+
+    /// The documents indexed since the base.
+    pub fn delta(&self) -> &SectionIndex {
+        &self.delta
+    }
+
+    /// Every path changed since the base (indexed anew or removed).
+    pub fn changed(&self) -> &OrdSet<DocPath> {
+        &self.changed
+    }
+
+    /// Whether `path` is indexed under `key`.
+    pub fn is_current(&self, path: &DocPath, key: &EntryKey) -> bool {
+        if self.changed.contains(path) {
+            return self.delta.key(path) == Some(key);
+        }
+        self.base
+            .as_ref()
+            .and_then(|b| b.key(path))
+            .is_some_and(|d| d == key_digest(key))
+    }
+
+    /// Whether `path` is indexed at all.
+    pub fn holds(&self, path: &DocPath) -> bool {
+        if self.changed.contains(path) {
+            return self.delta.key(path).is_some();
+        }
+        self.base.as_ref().and_then(|b| b.key(path)).is_some()
+    }
+
+    /// Indexes `path` with `body` under `key` (in the delta), unless indexed so already.
+    pub fn upsert(&mut self, path: &DocPath, key: EntryKey, body: &str) {
+        if self.is_current(path, &key) {
+            return;
+        }
+        self.changed.insert(path.clone());
+        self.delta.upsert(path, key, body);
+    }
+
+    /// Removes `path`.
+    pub fn remove(&mut self, path: &DocPath) {
+        if !self.holds(path) {
+            return;
+        }
+        self.changed.insert(path.clone());
+        self.delta.remove(path);
+    }
+
+    /// Answers a body lookup over the documents `catalog` admits (it must index the same
+    /// snapshot). Each match carries its section.
+    pub fn lookup(
+        &self,
+        query: &CatalogQuery,
+        catalog: &CatalogIndex,
+    ) -> StoreResult<Vec<CatalogMatch>> {
+        let Some(base) = self.base.as_ref() else {
+            return Ok(self.delta.lookup(query, catalog));
+        };
+        let terms = tokens::query_terms(&query.query);
+        let Some(scope) = query.canonical_scope() else {
+            return Ok(Vec::new());
+        };
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let expansions: Vec<Vec<Arc<str>>> = terms
+            .iter()
+            .map(|t| match t {
+                Term::Prefix(stem) => store::expand(Some(base), &self.delta, stem),
+                _ => Vec::new(),
+            })
+            .collect();
+        let (base_sections, base_len) = base.totals();
+        let (delta_sections, delta_len) = self.delta.totals();
+        let sections = base_sections + delta_sections;
+        let df = |token: &str| base.section_df(token) + self.delta.section_df(token);
+        let mut idf = Vec::with_capacity(terms.len());
+        for (term, expanded) in terms.iter().zip(&expansions) {
+            let found = match term {
+                // A word held nowhere finds no rows in either half.
+                Term::Word(w) => Some(df(w)),
+                Term::Prefix(_) => expanded.iter().map(|t| df(t)).max(),
+                Term::Phrase(words) => words
+                    .iter()
+                    .filter(|w| w.chars().nth(1).is_some() && w.len() <= tokens::MAX_TOKEN_BYTES)
+                    .map(|w| df(w))
+                    .min(),
+            };
+            let Some(found) = found else {
+                return Ok(Vec::new());
+            };
+            idf.push(idf_of(sections, found));
+        }
+        let stats = Ranking {
+            idf,
+            average: average_len(sections, base_len + delta_len),
+        };
+        let changed = |p: &DocPath| self.changed.contains(p);
+        let mut rows = base.rows(&terms, &expansions, &stats, &scope, query, catalog, changed)?;
+        rows.extend(
+            self.delta
+                .rows(&terms, &stats, &scope, query, catalog, |_| false),
+        );
+        order(&mut rows, query.max);
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (anchor, heading, text) = match row.source {
+                Source::Base {
+                    segment,
+                    doc,
+                    catalog,
+                } => {
+                    let stored = base.stored(segment, doc, catalog)?;
+                    if catalog {
+                        (String::new(), String::new(), stored.text)
+                    } else {
+                        (stored.anchor, stored.heading, stored.text)
+                    }
+                }
+                Source::Delta(_) => self.delta.section_text(&row),
+            };
+            out.push(finish(row.entry, &terms, anchor, heading, text));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests_support {
+    use quire_log::metadata::{Catalog, DocCatalog, Metadata};
+    use quire_log::{Hash, Timestamp};
+
+    use super::*;
+    use crate::query::Filter;
+    use crate::store::SectionStore;
+
+    pub const DEBUGGING: &str = "# Debugging\n\nGeneral notes.\n\n## QUIC UDP buffer\n\nThe UDP buffer is too small: raise it with sysctl.\nWARNING: needs root.\n\n### Workaround\n\nSet rmem_max and restart. Warning: reboot.\n\n## Poison lock\n\nA panic in path.Match poisons the lock.\n";
+
+    pub type Doc = (&'static str, Vec<(&'static str, &'static str)>, String);
+
+    pub fn corpus() -> Vec<Doc> {
+        let mut docs: Vec<Doc> = vec![
+            (
+                "/kb/debugging.md",
+                vec![
+                    ("tags", "network,ops"),
+                    ("importance", "0.7"),
+                    ("title", "Debug notes"),
+                ],
+                DEBUGGING.into(),
+            ),
+            ("/a.md", vec![], "plain words only\n".into()),
+            (
+                "/b.md",
+                vec![],
+                "preamble words\n\n# Head\n\nunder words\n".into(),
+            ),
+            (
+                "/lo.md",
+                vec![("importance", "0.1")],
+                "shared term\n".into(),
+            ),
+            (
+                "/hi.md",
+                vec![("importance", "0.9")],
+                "shared term\n".into(),
+            ),
+            (
+                "/journal/c.md",
+                vec![("importance", "1")],
+                "equal thing shared\n".into(),
+            ),
+            (
+                "/x.md",
+                vec![],
+                "# One\nkey\n# Two\nkey key\n# Three\nkey\n# Four\nkey other\n".into(),
+            ),
+            ("/docs/a.md", vec![("tags", "t")], "alpha beta\n".into()),
+            ("/docs/sub/b.md", vec![], "alpha words\n".into()),
+            (
+                "/other/c.md",
+                vec![("tags", "t,alpha")],
+                "alpha\n## Sub\nbeta gamma\n".into(),
+            ),
+        ];
+        for i in 0..30 {
+            docs.push((
+                Box::leak(format!("/gen/{i:02}.md").into_boxed_str()),
+                vec![("importance", ["0.2", "0.5", "0.8"][i % 3])],
+                format!(
+                    "# Part {i}\nkey words number{i} and sys{}\n## Deep\nbuffer udp {}\n",
+                    i % 7,
+                    "key ".repeat(i % 4)
+                ),
+            ));
+        }
+        docs
+    }
+
+    pub fn parts(doc: &Doc) -> (DocPath, DocCatalog, EntryKey) {
+        let path = DocPath::parse(doc.0).unwrap();
+        let meta: Metadata = doc
+            .1
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        let catalog = Catalog::derive(&path, &meta, &doc.2);
+        let key = EntryKey {
+            body_hash: Hash::of(doc.2.as_bytes()),
+            title: catalog.title.clone(),
+            tags: catalog.tags.clone(),
+        };
+        (path, DocCatalog::from(&catalog), key)
+    }
+
+    pub const QUERIES: &[&str] = &[
+        "udp buffer",
+        "SYSCTL",
+        "udp poison",
+        "warning",
+        "network sysctl",
+        "network debug",
+        "path.Match",
+        "match",
+        "rmem_max x",
+        "plain",
+        "preamble",
+        "under",
+        "shared",
+        "equal",
+        "key",
+        "alpha",
+        "alpha beta",
+        "beta",
+        "\"udp buffer\"",
+        "\"buffer udp\"",
+        "sysc*",
+        "sys*",
+        "\"poison lock\" panic",
+        "\"udp buffer\" rais*",
+        "key words",
+        "number7",
+        "deep buffer",
+    ];
+
+    pub fn queries() -> Vec<CatalogQuery> {
+        let mut out: Vec<CatalogQuery> = QUERIES.iter().map(|q| CatalogQuery::new(*q)).collect();
+        out.push(CatalogQuery::new("key").max(3));
+        out.push(CatalogQuery::new("key").max(0));
+        out.push(CatalogQuery::new("alpha").scope("/docs/sub"));
+        out.push(
+            CatalogQuery::new("alpha")
+                .filter(Filter::tag("T"))
+                .scope("/docs"),
+        );
+        out.push(CatalogQuery::new("alpha").scope("/oth"));
+        out.push(CatalogQuery::new("buffer").scope("/gen").max(5));
+        out
+    }
+
+    /// A store holding every document (uncommitted) and the catalog.
+    pub fn stored(docs: &[Doc]) -> (SectionStore, CatalogIndex) {
+        let store = SectionStore::create(None).unwrap();
+        let mut catalog = CatalogIndex::new();
+        for doc in docs {
+            let (path, entry, key) = parts(doc);
+            catalog.upsert(&path, entry, Timestamp(1));
+            store.add(&path, key, &doc.2).unwrap();
+        }
+        (store, catalog)
+    }
+
+    /// The memory index of every document, the catalog, and a version holding the first
+    /// `in_base` documents in a stored base and the rest in its delta.
+    pub fn build(docs: &[Doc], in_base: usize) -> (SectionIndex, CatalogIndex, IndexVersion) {
+        let mut oracle = SectionIndex::new();
+        let mut catalog = CatalogIndex::new();
+        let store = SectionStore::create(None).unwrap();
+        for (i, doc) in docs.iter().enumerate() {
+            let (path, entry, key) = parts(doc);
+            catalog.upsert(&path, entry, Timestamp(1));
+            oracle.upsert(&path, key.clone(), &doc.2);
+            if i < in_base {
+                store.add(&path, key, &doc.2).unwrap();
+            }
+        }
+        let mut version = IndexVersion::new(Some(store.commit(7).unwrap()));
+        for doc in &docs[in_base.min(docs.len())..] {
+            let (path, _, key) = parts(doc);
+            version.upsert(&path, key, &doc.2);
+        }
+        (oracle, catalog, version)
+    }
+
+    #[test]
+    fn a_stored_base_answers_as_the_memory_index() {
+        let docs = corpus();
+        for in_base in [docs.len(), docs.len() / 2, 1] {
+            let (oracle, catalog, version) = build(&docs, in_base);
+            assert_eq!(version.base().unwrap().sequence(), 7);
+            for q in queries() {
+                let want = oracle.lookup(&q, &catalog);
+                let got = version.lookup(&q, &catalog).unwrap();
+                assert_eq!(got, want, "{in_base} in base: {q:?}");
+            }
+            assert!(
+                !oracle
+                    .lookup(&CatalogQuery::new("key"), &catalog)
+                    .is_empty()
+            );
+        }
+    }
+
+    pub fn rows(found: Vec<CatalogMatch>) -> Vec<String> {
+        let mut out: Vec<String> = found
+            .into_iter()
+            .map(|m| {
+                format!(
+                    "{}#{}",
+                    m.path,
+                    m.section.map(|s| s.anchor).unwrap_or_default()
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn the_delta_replaces_and_removes_base_documents() {
+        let docs = corpus();
+        let (mut oracle, catalog, mut version) = build(&docs, docs.len());
+        let pinned = version.clone();
+        let a = DocPath::parse("/docs/a.md").unwrap();
+        let (_, _, mut key) = parts(&docs[7]);
+        key.body_hash = Hash::of(b"gamma");
+        version.upsert(&a, key.clone(), "gamma\n");
+        oracle.upsert(&a, key.clone(), "gamma\n");
+        assert!(version.is_current(&a, &key));
+        let gone = DocPath::parse("/kb/debugging.md").unwrap();
+        version.remove(&gone);
+        oracle.remove(&gone);
+        assert!(!version.holds(&gone));
+        for q in queries()
+            .into_iter()
+            .chain(["gamma", "beta", "udp"].map(CatalogQuery::new))
+        {
+            assert_eq!(
+                rows(version.lookup(&q, &catalog).unwrap()),
+                rows(oracle.lookup(&q, &catalog)),
+                "{q:?}"
+            );
+        }
+        assert!(
+            rows(
+                version
+                    .lookup(&CatalogQuery::new("beta"), &catalog)
+                    .unwrap()
+            )
+            .iter()
+            .all(|r| !r.starts_with("/docs/a.md"))
+        );
+        assert_eq!(
+            rows(
+                pinned
+                    .lookup(&CatalogQuery::new("beta alpha"), &catalog)
+                    .unwrap()
+            ),
+            ["/docs/a.md#", "/other/c.md#sub"],
+            "a version pinned before the change keeps its state"
+        );
+    }
+
+    #[test]
+    fn a_folded_delta_answers_as_before() {
+        let docs = corpus();
+        let store = SectionStore::create(None).unwrap();
+        let mut catalog = CatalogIndex::new();
+        for doc in &docs {
+            let (path, entry, key) = parts(doc);
+            catalog.upsert(&path, entry, Timestamp(1));
+            store.add(&path, key, &doc.2).unwrap();
+        }
+        let mut version = IndexVersion::new(Some(store.commit(3).unwrap()));
+        let a = DocPath::parse("/docs/a.md").unwrap();
+        let (_, _, mut key) = parts(&docs[7]);
+        key.body_hash = Hash::of(b"gamma");
+        version.upsert(&a, key.clone(), "gamma delta\n");
+        version.remove(&DocPath::parse("/a.md").unwrap());
+        store.fold(&version).unwrap();
+        let folded = IndexVersion::new(Some(store.commit(4).unwrap()));
+        assert_eq!(folded.base().unwrap().sequence(), 4);
+        assert!(folded.is_current(&a, &key));
+        assert!(!folded.holds(&DocPath::parse("/a.md").unwrap()));
+        for q in queries()
+            .into_iter()
+            .chain(["gamma", "beta", "delta"].map(CatalogQuery::new))
+        {
+            assert_eq!(
+                rows(folded.lookup(&q, &catalog).unwrap()),
+                rows(version.lookup(&q, &catalog).unwrap()),
+                "{q:?}"
+            );
+        }
+        assert_eq!(
+            folded.base().unwrap().document_count(),
+            docs.len() as u64 - 1
+        );
+    }
+}
+
+#[cfg(test)]
+mod copy_tests {
+    use super::tests_support::*;
+    use super::*;
+    use crate::store::{Import, SectionStore};
+
+    #[test]
+    fn a_copied_commit_answers_as_its_original() {
+        let docs = corpus();
+        let (store, catalog) = stored(&docs);
+        let original = IndexVersion::new(Some(store.commit(9).unwrap()));
+        let export = store.export().unwrap();
+        assert!(!export.files.is_empty());
+        for dir in [None, Some(tempfile_dir())] {
+            let import = Import::new(dir.as_deref()).unwrap();
+            for name in &export.files {
+                let mut file = import.file(name).unwrap();
+                file.write(store.read(name).unwrap().as_slice()).unwrap();
+                file.finish().unwrap();
+            }
+            let copy = import.open(&export.meta).unwrap();
+            let copied = IndexVersion::new(Some(copy.base().unwrap()));
+            assert_eq!(copied.base().unwrap().sequence(), 9);
+            for q in queries() {
+                assert_eq!(
+                    copied.lookup(&q, &catalog).unwrap(),
+                    original.lookup(&q, &catalog).unwrap(),
+                    "{q:?}"
+                );
+            }
+            if let Some(dir) = dir {
+                std::fs::remove_dir_all(dir).unwrap();
+            }
+        }
+        let import = Import::new(None).unwrap();
+        assert!(import.file("../escape").is_err());
+        assert!(import.file("meta.json").is_err());
+        let _ = SectionStore::create(None).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "quire-index-copy-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+}
