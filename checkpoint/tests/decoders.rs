@@ -10,11 +10,11 @@ use bytes::Bytes;
 use common::*;
 use proptest::prelude::*;
 use quire_checkpoint::format::{
-    Checkpoint, DEFAULT_WIDTHS, Root, decode_block, decode_shard, encode_block, encode_shard,
-    path_hash,
+    Checkpoint, DEFAULT_WIDTHS, LEGACY_SCHEMA, PackedBlock, Root, decode_block, decode_shard,
+    encode_block, encode_shard, encode_shard_entries, path_hash,
 };
 use quire_checkpoint::keys::{
-    checkpoint_key, history_key, parse_checkpoint_key, root_key, shard_key,
+    checkpoint_key, history_key, pack_key, parse_checkpoint_key, root_key, shard_key,
 };
 use quire_checkpoint::{OpenOptions, Replica};
 use quire_log::Hash;
@@ -29,7 +29,8 @@ enum Object {
     Marker(Bytes),
     Checkpoint(u64, Bytes),
     Root(Checkpoint, Bytes),
-    Shard(u8, u32, u64, Bytes),
+    /// Schema, bits, index, checkpoint sequence.
+    Shard(u32, u8, u32, u64, Bytes),
     History(Hash, u64, u64, Bytes),
 }
 
@@ -40,7 +41,7 @@ impl Object {
             | Object::Marker(b)
             | Object::Checkpoint(_, b)
             | Object::Root(_, b)
-            | Object::Shard(_, _, _, b)
+            | Object::Shard(_, _, _, _, b)
             | Object::History(_, _, _, b) => b,
         }
     }
@@ -78,11 +79,19 @@ impl Object {
                 Ok(root) => decoded_again(&root.encode()),
                 Err(_) => Ok(false),
             },
-            Object::Shard(bits, index, sequence, _) => {
-                match decode_shard("shard", bytes, *bits, *index, *sequence) {
-                    Ok(docs) => {
-                        let pairs: Vec<_> = docs.iter().map(|d| (d, &d.history[..])).collect();
+            Object::Shard(schema, bits, index, sequence, _) => {
+                match decode_shard("shard", bytes, *schema, *bits, *index, *sequence) {
+                    Ok(docs) if *schema == LEGACY_SCHEMA => {
+                        let pairs: Vec<_> =
+                            docs.iter().map(|(d, _)| (d, &d.history[..])).collect();
                         decoded_again(&encode_shard(*bits, *index, &pairs).unwrap())
+                    }
+                    Ok(docs) => {
+                        let entries: Vec<_> = docs
+                            .iter()
+                            .map(|(d, changed)| (d, &d.history[..], *changed))
+                            .collect();
+                        decoded_again(&encode_shard_entries(*bits, *index, &entries))
                     }
                     Err(_) => Ok(false),
                 }
@@ -150,22 +159,38 @@ fn objects() -> Vec<Object> {
                 for (index, shard) in tier.shards.iter().enumerate() {
                     let Some(hash) = shard else { continue };
                     let shard_bytes = get(&shard_key(PREFIX, hash));
-                    let docs =
-                        decode_shard("shard", &shard_bytes, tier.bits, index as u32, sequence)
-                            .unwrap();
+                    let docs = decode_shard(
+                        "shard",
+                        &shard_bytes,
+                        root.schema(),
+                        tier.bits,
+                        index as u32,
+                        sequence,
+                    )
+                    .unwrap();
                     objects.push(Object::Shard(
+                        root.schema(),
                         tier.bits,
                         index as u32,
                         sequence,
                         shard_bytes,
                     ));
-                    for doc in docs {
+                    for (doc, _) in docs {
                         for block in doc.history.iter() {
+                            // A block in a sealed epoch's pack is the pack's bytes at its range.
+                            let bytes = match PackedBlock::from_name(&block.hash) {
+                                Some(packed) => {
+                                    let pack = get(&pack_key(PREFIX, &packed.pack));
+                                    let start = packed.offset as usize;
+                                    pack.slice(start..start + packed.len as usize)
+                                }
+                                None => get(&history_key(PREFIX, &block.hash)),
+                            };
                             objects.push(Object::History(
                                 path_hash(doc.path.as_str()),
                                 block.first,
                                 block.last,
-                                get(&history_key(PREFIX, &block.hash)),
+                                bytes,
                             ));
                         }
                     }

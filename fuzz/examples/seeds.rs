@@ -11,7 +11,9 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use quire_checkpoint::format::{Checkpoint, DEFAULT_WIDTHS, Root, decode_shard, path_hash};
+use quire_checkpoint::format::{
+    Checkpoint, DEFAULT_WIDTHS, LEGACY_SCHEMA, PackedBlock, Root, decode_shard, path_hash,
+};
 use quire_checkpoint::keys::{
     checkpoint_key, history_key, parse_checkpoint_key, root_key, shard_key,
 };
@@ -95,16 +97,34 @@ async fn world_objects() {
                     "shard",
                     &format!("{sequence}-{t}-{index}"),
                     &joined(&[
-                        &[tier.bits],
+                        // The shard target reads the schema from the high bit.
+                        &[tier.bits
+                            | if root.schema() == LEGACY_SCHEMA {
+                                0
+                            } else {
+                                0x80
+                            }],
                         &(index as u64).to_be_bytes(),
                         &sequence.to_be_bytes(),
                         &shard_bytes,
                     ]),
                 );
-                let docs =
-                    decode_shard("shard", &shard_bytes, tier.bits, index as u32, sequence).unwrap();
-                for doc in docs {
-                    for block in doc.history.iter() {
+                let docs = decode_shard(
+                    "shard",
+                    &shard_bytes,
+                    root.schema(),
+                    tier.bits,
+                    index as u32,
+                    sequence,
+                )
+                .unwrap();
+                for (doc, _) in docs {
+                    // Blocks inside a pack are left out here: each is a range of its pack.
+                    for block in doc
+                        .history
+                        .iter()
+                        .filter(|b| PackedBlock::from_name(&b.hash).is_none())
+                    {
                         let block_bytes = get(&history_key(common::PREFIX, &block.hash));
                         write(
                             "history",
