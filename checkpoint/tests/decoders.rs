@@ -82,8 +82,7 @@ impl Object {
             Object::Shard(schema, bits, index, sequence, _) => {
                 match decode_shard("shard", bytes, *schema, *bits, *index, *sequence) {
                     Ok(docs) if *schema == LEGACY_SCHEMA => {
-                        let pairs: Vec<_> =
-                            docs.iter().map(|(d, _)| (d, &d.history[..])).collect();
+                        let pairs: Vec<_> = docs.iter().map(|(d, _)| (d, &d.history[..])).collect();
                         decoded_again(&encode_shard(*bits, *index, &pairs).unwrap())
                     }
                     Ok(docs) => {

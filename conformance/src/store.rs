@@ -1,5 +1,8 @@
 //! The document-store suite: what every backend's [`Store`](quire_backend::Store) must do,
 //! one case per contract rule, each on a fresh world.
+//!
+//! Long because it is one list of cases, each short and standing alone; it splits by
+//! verb (publish, read, list, watch) when a case needs helpers of its own.
 
 use std::sync::{Arc, Mutex};
 

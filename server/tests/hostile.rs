@@ -4,6 +4,10 @@
 //! documents never become protocol, values are refused at write when a reader could not
 //! read them back, limits are per client, and slow or half-sent requests are closed by their
 //! timeouts while a normal client is still served.
+//!
+//! Long because it is one finding per test, each with its own trigger; the shared world and
+//! clients would move to `server/tests/common` with the test-support layer, and the file
+//! would split into paths, documents and limits.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -373,8 +373,15 @@ async fn writer(
                 None,
             ),
         ];
-        let (status, _, current) = read(&client, &base, "/shared/cas.md").await;
-        let current = if status == StatusCode::OK { current } else { 0 };
+        // The process may be the one being killed: an unanswered read ends this writer too.
+        let Ok(response) = client.get(format!("{base}/shared/cas.md")).send().await else {
+            return;
+        };
+        let current = if response.status() == StatusCode::OK {
+            version_of(&response)
+        } else {
+            0
+        };
         steps.push((
             "/shared/cas.md".into(),
             format!("{side} cas {i}\n"),
