@@ -280,6 +280,7 @@ struct HoldShared {
     catching: AtomicBool,
     held: watch::Sender<usize>,
     caught: AtomicU64,
+    first_key: std::sync::OnceLock<String>,
 }
 
 impl HoldShared {
@@ -428,6 +429,7 @@ impl Simulated {
             catching: AtomicBool::new(true),
             held: watch::Sender::new(0),
             caught: AtomicU64::new(0),
+            first_key: std::sync::OnceLock::new(),
         });
         self.lock_holds().push(hold.clone());
         Hold {
@@ -464,6 +466,7 @@ impl Simulated {
             .cloned();
         let Some(hold) = hold else { return };
         hold.caught.fetch_add(1, Ordering::Relaxed);
+        let _ = hold.first_key.set(key.to_owned());
         hold.held.send_modify(|held| *held += 1);
         // Counts the call out again however it leaves, including when its future is dropped.
         let _parked = Parked(&hold);
@@ -562,6 +565,12 @@ impl Hold {
     /// How many calls this hold has parked in all.
     pub fn caught_count(&self) -> u64 {
         self.hold.caught.load(Ordering::Relaxed)
+    }
+
+    /// The key of the first call this hold parked, if any (which of several racing calls
+    /// came first, so a test can hold what follows on that very key).
+    pub fn first_key(&self) -> Option<&str> {
+        self.hold.first_key.get().map(String::as_str)
     }
 
     /// Waits until at least `n` calls are parked at once.
