@@ -75,6 +75,11 @@ async fn the_full_gate_loses_no_acknowledged_write() {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_secs())
     });
+    // What the stores warn of (failed compaction steps, retries) shows with RUST_LOG set.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let mut config = GateConfig::full(seed);
     if let Some(docs) = env_u64("QUIRE_GATE_DOCS") {
         config.documents = docs;

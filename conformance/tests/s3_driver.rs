@@ -109,6 +109,8 @@ enum AfterAnswer {
 struct LosingProxy {
     endpoint: String,
     connections: Arc<AtomicUsize>,
+    /// How many answers the server has begun to send (each request decided).
+    answered: tokio::sync::watch::Receiver<usize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -118,24 +120,37 @@ impl LosingProxy {
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let connections = Arc::new(AtomicUsize::new(0));
         let counter = connections.clone();
+        let (decided, answered) = tokio::sync::watch::channel(0);
+        let decided = Arc::new(decided);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
                 counter.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(relay(client, upstream.clone(), after));
+                tokio::spawn(relay(client, upstream.clone(), after, decided.clone()));
             }
         });
         LosingProxy {
             endpoint,
             connections,
+            answered,
             task,
         }
     }
 
     fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the server has decided `n` requests: a client that gave up before the
+    /// server answered must not be checked against a store that has not applied it yet.
+    async fn decided(&self, n: usize) {
+        let mut answered = self.answered.clone();
+        answered
+            .wait_for(|seen| *seen >= n)
+            .await
+            .expect("the proxy outlives its relays' counter");
     }
 }
 
@@ -145,7 +160,12 @@ impl Drop for LosingProxy {
     }
 }
 
-async fn relay(client: TcpStream, upstream: String, after: AfterAnswer) {
+async fn relay(
+    client: TcpStream,
+    upstream: String,
+    after: AfterAnswer,
+    decided: Arc<tokio::sync::watch::Sender<usize>>,
+) {
     let server = TcpStream::connect(&upstream)
         .await
         .expect("S3 server reachable");
@@ -156,6 +176,7 @@ async fn relay(client: TcpStream, upstream: String, after: AfterAnswer) {
     // The first byte of the answer means the server has decided the request.
     let mut first = [0u8; 1];
     let _ = from_server.read(&mut first).await;
+    decided.send_modify(|n| *n += 1);
     match after {
         AfterAnswer::Drop => {
             forward.abort();
@@ -186,6 +207,7 @@ async fn mutations_through(target: &Target, proxy: &LosingProxy, timeouts: S3Tim
         (ErrorKind::Ambiguous, Op::Create, created.as_str()),
         "{err}"
     );
+    proxy.decided(1).await;
     let stored = direct.get(&created).await.expect("the create landed");
     assert_eq!(stored.data, Bytes::from_static(b"landed"));
 
@@ -203,6 +225,7 @@ async fn mutations_through(target: &Target, proxy: &LosingProxy, timeouts: S3Tim
         (ErrorKind::Ambiguous, Op::Replace),
         "{err}"
     );
+    proxy.decided(2).await;
     let stored = direct.get(&replaced).await.expect("the key still exists");
     assert_eq!(
         stored.data,
@@ -224,6 +247,7 @@ async fn mutations_through(target: &Target, proxy: &LosingProxy, timeouts: S3Tim
         (ErrorKind::Ambiguous, Op::Delete),
         "{err}"
     );
+    proxy.decided(3).await;
     let gone = direct.head(&deleted).await.unwrap_err();
     assert!(gone.is_not_found(), "the delete landed: {gone}");
 
