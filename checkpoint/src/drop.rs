@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Op, Result};
 use crate::format::{Checkpoint, Root};
 use crate::keys::{root_key, shard_key};
-use crate::objects::DELETE_WINDOW;
+use crate::objects::{DELETE_WINDOW, get_retrying, head_retrying};
 use crate::replica::list_checkpoints;
 
 /// What a drop did.
@@ -69,7 +69,7 @@ async fn read_root(
     checkpoint: &Checkpoint,
 ) -> Result<Option<(Root, Attributes)>> {
     let key = root_key(prefix, &checkpoint.root);
-    match store.get(&key).await {
+    match get_retrying(store, &key).await {
         Ok(object) => {
             if Hash::of(&object.data) != checkpoint.root {
                 return Err(Error::integrity(
@@ -93,7 +93,7 @@ async fn read_checkpoint_object(
     key: &str,
     sequence: u64,
 ) -> Result<Option<Checkpoint>> {
-    match store.get(key).await {
+    match get_retrying(store, key).await {
         Ok(object) => Ok(Some(Checkpoint::decode(key, sequence, &object.data)?)),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(Error::storage(Op::Drop, e)),
@@ -120,7 +120,7 @@ async fn delete_if_old(
         if store.unique_generations() || read.elapsed() <= DELETE_WINDOW {
             break;
         }
-        attrs = match store.head(&attrs.key).await {
+        attrs = match head_retrying(store, &attrs.key).await {
             Ok(fresh) => fresh,
             Err(e) if e.is_not_found() => return Ok(true),
             Err(e) => return Err(Error::storage(Op::Drop, e)),
@@ -130,6 +130,12 @@ async fn delete_if_old(
     match store.delete(&attrs.key, &attrs.generation).await {
         Ok(()) => Ok(true),
         Err(e) if e.is_precondition() => Ok(false),
+        // A refused or unanswered delete leaves the object (and what names it) for the
+        // next drop: one transient fault does not stop this one.
+        Err(e) if e.kind().is_retryable() => {
+            tracing::debug!(key = %attrs.key, error = %e, "delete left for the next drop");
+            Ok(false)
+        }
         Err(e) => Err(Error::storage(Op::Drop, e)),
     }
 }
@@ -143,7 +149,7 @@ async fn delete_key_if_old(
     now: SystemTime,
 ) -> Result<bool> {
     let read = Instant::now();
-    match store.head(key).await {
+    match head_retrying(store, key).await {
         Ok(attrs) => delete_if_old(store, &attrs, read, grace, now).await,
         Err(e) if e.is_not_found() => Ok(true),
         Err(e) => Err(Error::storage(Op::Drop, e)),

@@ -307,6 +307,14 @@ pub(crate) async fn get_retrying(
     retrying(|| store.get(key), |e: &quire_blob::Error| Some(e.kind())).await
 }
 
+/// An object's attributes, read with [`retrying`].
+pub(crate) async fn head_retrying(
+    store: &dyn BlobStore,
+    key: &str,
+) -> quire_blob::Result<quire_blob::Attributes> {
+    retrying(|| store.head(key), |e: &quire_blob::Error| Some(e.kind())).await
+}
+
 /// Reads the content-addressed object at `key`, which must hash to `hash`; a missing object
 /// is an integrity error (something names it).
 pub async fn read_verified(store: &dyn BlobStore, key: &str, hash: &Hash, op: Op) -> Result<Bytes> {
