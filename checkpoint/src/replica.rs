@@ -5,6 +5,10 @@
 //! read back cheaply: the sequence of each document's last change since the base tier's cut,
 //! and the state at each tier grid point crossed since the checkpoint it rests on (a
 //! persistent snapshot, so O(1) to keep). See `docs/FORMAT.md` for the tiers.
+//!
+//! A replica given its store's ring of recent slots ([`Replica::set_recent`]) applies the
+//! slots it holds without a request and reads the bucket only for what it lacks, so a store's
+//! compactor never downloads the slots its committer created or already read.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -73,6 +73,13 @@
 //! blocks replace their recent versions up to the checkpoint, so what it retains is bounded
 //! by what the newest checkpoint does not cover.
 //!
+//! # What it keeps for the store's other readers
+//!
+//! Every slot the committer created (once confirmed) or read goes into
+//! [`Committer::recent`], a bounded ring ([`crate::recent`]), before the state holding it is
+//! installed: the store's compactor and change feed take slots from there instead of
+//! downloading them.
+//!
 //! # Size
 //!
 //! This file is long (over 2,000 lines) because the pipeline, the race handling and the tip

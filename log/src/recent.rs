@@ -101,6 +101,15 @@ impl RecentSlots {
             .cloned()
     }
 
+    /// Bytes `range` of the slot named `first`, when the ring holds it and the range lies
+    /// inside it (an inline version's bytes).
+    pub fn bytes(&self, first: u64, range: std::ops::Range<u64>) -> Option<bytes::Bytes> {
+        let slot = self.slot(first)?;
+        let end = usize::try_from(range.end).ok()?;
+        let start = usize::try_from(range.start).ok()?;
+        (start <= end && end <= slot.bytes.len()).then(|| slot.bytes.slice(start..end))
+    }
+
     /// The last sequence of the newest slot held.
     pub fn newest(&self) -> Option<u64> {
         self.run().slots.back().map(|s| s.slot.last())
@@ -173,6 +182,11 @@ mod tests {
         ring.publish(&slot(10, 1));
         assert_eq!(ring.held().0, 3);
         assert!(ring.slot(12).is_none());
+        let held = ring.slot(11).unwrap();
+        let len = held.bytes.len() as u64;
+        assert_eq!(ring.bytes(11, 1..len).unwrap(), held.bytes.slice(1..));
+        assert!(ring.bytes(11, 1..len + 1).is_none());
+        assert!(ring.bytes(8, 0..1).is_none());
 
         let small = RecentSlots::new(100, 2 * one);
         for first in 2..=4 {
