@@ -290,9 +290,7 @@ impl SnapshotSource for BucketSource {
             Location::Inline { slot, offset } => {
                 // A slot this store created or read is still in memory.
                 let held = shared.committer.as_ref().and_then(|committer| {
-                    committer
-                        .recent()
-                        .bytes(slot, offset..offset + record.size)
+                    committer.recent().bytes(slot, offset..offset + record.size)
                 });
                 if let Some(bytes) = held {
                     return Ok(bytes);

@@ -159,7 +159,10 @@ async fn writers(bucket: &dyn BlobStore) -> Vec<(u64, StoreId)> {
         .unwrap()
     {
         let first = keys::parse_slot_key(PREFIX, &attrs.key).unwrap();
-        let slot = tip::read_slot(bucket, PREFIX, first).await.unwrap().unwrap();
+        let slot = tip::read_slot(bucket, PREFIX, first)
+            .await
+            .unwrap()
+            .unwrap();
         out.push((first, slot.slot.store));
     }
     out
@@ -180,7 +183,12 @@ async fn a_lone_store_reads_none_of_its_slots_back() {
     let before = metered.reading();
     let writes = 24;
     for i in 0..writes {
-        publish(&store, &format!("/notes/{}.md", i % 5), &format!("write {i}")).await;
+        publish(
+            &store,
+            &format!("/notes/{}.md", i % 5),
+            &format!("write {i}"),
+        )
+        .await;
     }
     let end = start + writes;
     checkpointed(&store, end).await;
@@ -198,9 +206,16 @@ async fn a_lone_store_reads_none_of_its_slots_back() {
     let view = store.open_view(&ctx).await.unwrap();
     for i in writes - 5..writes {
         let path = format!("/notes/{}.md", i % 5);
-        assert_eq!(view.get(&ctx, &path, 0).await.unwrap().content, format!("write {i}"));
+        assert_eq!(
+            view.get(&ctx, &path, 0).await.unwrap().content,
+            format!("write {i}")
+        );
     }
-    assert_eq!(recorder.slots_read(), Vec::<u64>::new(), "own slots downloaded");
+    assert_eq!(
+        recorder.slots_read(),
+        Vec::<u64>::new(),
+        "own slots downloaded"
+    );
     assert_eq!(recorder.log_listings(), 0, "the log was listed");
     let reads = metered.reading().since(&before);
     // What was downloaded is what the checkpoint run read of its own objects, if anything:
@@ -238,7 +253,13 @@ async fn with_a_peer_writing_only_the_peers_slots_are_read() {
     head.wait_for(|h| *h >= end).await.unwrap();
     let events = hub.since(start).unwrap();
     assert_eq!(events.len(), 17);
-    assert_eq!(events.iter().filter(|e| e.path.as_str().starts_with("/peer/")).count(), 8);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.path.as_str().starts_with("/peer/"))
+            .count(),
+        8
+    );
 
     let writers = writers(bucket.as_ref()).await;
     let by = |first: u64| writers.iter().find(|(s, _)| *s == first).map(|(_, w)| *w);

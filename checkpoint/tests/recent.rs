@@ -89,9 +89,12 @@ async fn held_slots_cost_no_request_and_a_lossy_ring_reaches_the_replayed_checkp
     assert_eq!(written, writer.state.sequence());
     let replayed = open(bucket.clone(), Some(1)).await;
     let loaded = open(bucket.clone(), Some(written)).await;
-    assert_eq!(state_digest(replayed.state()), state_digest(replica.state()));
+    assert_eq!(
+        state_digest(replayed.state()),
+        state_digest(replica.state())
+    );
     assert_eq!(state_digest(loaded.state()), state_digest(replayed.state()));
-    let mut unringed = open(bucket.clone(), Some(1)).await;
+    let unringed = open(bucket.clone(), Some(1)).await;
     let job = unringed.prepare(FRESHEN).run().await.unwrap().unwrap();
     assert!(
         !job.stats.own,

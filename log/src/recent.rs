@@ -59,7 +59,11 @@ impl RecentSlots {
         if self.max_slots == 0 || size > self.max_bytes {
             // Too big to keep: whatever follows it starts a new run.
             let mut run = self.run();
-            if run.slots.back().is_some_and(|b| slot.slot.first > b.slot.last()) {
+            if run
+                .slots
+                .back()
+                .is_some_and(|b| slot.slot.first > b.slot.last())
+            {
                 run.slots.clear();
                 run.bytes = 0;
             }
@@ -95,10 +99,7 @@ impl RecentSlots {
         }
         // Slots are contiguous, so the one named `first` is found by its sequence.
         let at = run.slots.partition_point(|s| s.slot.first < first);
-        run.slots
-            .get(at)
-            .filter(|s| s.slot.first == first)
-            .cloned()
+        run.slots.get(at).filter(|s| s.slot.first == first).cloned()
     }
 
     /// Bytes `range` of the slot named `first`, when the ring holds it and the range lies
