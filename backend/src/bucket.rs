@@ -36,8 +36,9 @@
 //!   peers' checkpoints and drops old ones. [`Store::close`] stops it.
 //! - **Changes.** With [`BucketOptions::change_ring`] > 0 a writable store feeds a
 //!   [`ChangeHub`] from the log: the entries of every slot its committer installs (its own,
-//!   and peers' it learned of) are published, each slot taken from the ring. The epoch is the world id, since
-//!   sequences are the log's own: WATCH resumes across restarts and replicas. The store
+//!   and peers' it learned of) are published, each slot taken from the ring. The epoch is
+//!   the world id, since sequences are the log's own: WATCH resumes across restarts and
+//!   replicas. The store
 //!   learns of peers' commits from hints ([`Follower::follow`]), from its own reads and
 //!   writes, and, while a watcher waits in the hub, from a poll of the log every
 //!   [`FOLLOW_POLL`].
@@ -797,8 +798,8 @@ fn start_compactor(
 }
 
 /// The compactor's loop: wait (taking the committer's recent slots as they come), replay
-/// what the log gained, step; until stopped. A step cut
-/// short by the stop costs only what it wrote (an unfinished checkpoint is never named).
+/// what the log gained, step; until stopped. A step cut short by the stop costs only what it
+/// wrote (an unfinished checkpoint is never named).
 /// After a checkpoint is written or adopted, the committer sheds what it holds.
 async fn compact(
     mut replica: Replica,
