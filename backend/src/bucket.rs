@@ -21,16 +21,24 @@
 //! - **Peer hints.** [`Follower::follow`] passes the hint to the committer (turn-taking with
 //!   contending stores) and, when it is beyond the served state, makes the next catalog read
 //!   probe the log instead of reusing the served state.
-//! - **The compactor** runs in the background on its own replica of the world (it replays
-//!   the slots it has not seen from the bucket), looks at the bucket only while its replica
+//! - **Own slots are never downloaded.** The committer publishes every slot it created or
+//!   read into a bounded ring ([`quire_log::recent`]) before installing the state holding
+//!   it; the compactor's replica and the change feed take slots from there, so a store
+//!   alone reads none of its slots back. Only a slot the ring never held or lost to its
+//!   bound (a peer's the committer has not read, or a backlog past the bound) is read from
+//!   the bucket; a restarted store starts with an empty ring and reads the bucket.
+//! - **The compactor** runs in the background on its own replica of the world (it takes
+//!   the committer's slots from the ring as they come, and reads from the bucket only
+//!   what the ring lacks), looks at the bucket only while its replica
 //!   holds slots no checkpoint folds or after the store learned of new commits (its own,
 //!   races, hints, reads), so an idle world makes no request; it writes checkpoints when due by
 //!   [`BucketOptions::compaction`] (the policy reads time from the injected clock), adopts
 //!   peers' checkpoints and drops old ones. [`Store::close`] stops it.
 //! - **Changes.** With [`BucketOptions::change_ring`] > 0 a writable store feeds a
-//!   [`ChangeHub`] from the log: every slot its committer installs (its own, and peers' it
-//!   learned of) is read back and its entries published. The epoch is the world id, since
-//!   sequences are the log's own: WATCH resumes across restarts and replicas. The store
+//!   [`ChangeHub`] from the log: the entries of every slot its committer installs (its own,
+//!   and peers' it learned of) are published, each slot taken from the ring. The epoch is
+//!   the world id, since sequences are the log's own: WATCH resumes across restarts and
+//!   replicas. The store
 //!   learns of peers' commits from hints ([`Follower::follow`]), from its own reads and
 //!   writes, and, while a watcher waits in the hub, from a poll of the log every
 //!   [`FOLLOW_POLL`].
@@ -281,6 +289,13 @@ impl SnapshotSource for BucketSource {
         let shared = &self.0;
         let read = match record.location {
             Location::Inline { slot, offset } => {
+                // A slot this store created or read is still in memory.
+                let held = shared.committer.as_ref().and_then(|committer| {
+                    committer.recent().bytes(slot, offset..offset + record.size)
+                });
+                if let Some(bytes) = held {
+                    return Ok(bytes);
+                }
                 let key = keys::slot_key(&shared.prefix, slot);
                 shared
                     .blobs
@@ -671,8 +686,9 @@ impl BucketStore {
     }
 }
 
-/// Publishes the entries of every slot the committer installs, read back from the bucket.
-/// A slot that cannot be read is skipped (watchers resync) rather than stalling the feed.
+/// Publishes the entries of every slot the committer installs, taken from the committer's
+/// ring of recent slots (read from the bucket only when the ring lost it). A slot that
+/// cannot be read is skipped (watchers resync) rather than stalling the feed.
 /// While the hub has watchers, the log is probed every [`FOLLOW_POLL`] so peers' commits
 /// reach them even when no hint arrives.
 fn start_feed(
@@ -682,6 +698,7 @@ fn start_feed(
     stop: CancellationToken,
 ) {
     let mut states = committer.subscribe();
+    let recent = committer.recent();
     let shared = shared.clone();
     let blobs = shared.blobs.clone();
     let prefix = shared.prefix.clone();
@@ -692,7 +709,16 @@ fn start_feed(
         loop {
             let target = states.borrow_and_update().sequence();
             while fed < target {
-                match tip::read_slot(blobs.as_ref(), &prefix, fed + 1).await {
+                // The committer published every slot it installs before installing it; the
+                // bucket is read only for one its ring lost.
+                let held = recent.slot(fed + 1);
+                let read = match held {
+                    Some(slot) => Ok(Some(slot)),
+                    None => tip::read_slot(blobs.as_ref(), &prefix, fed + 1)
+                        .await
+                        .map(|slot| slot.map(Arc::new)),
+                };
+                match read {
                     Ok(Some(slot)) => {
                         for (i, entry) in slot.slot.entries.iter().enumerate() {
                             hub.publish(ChangeEvent {
@@ -730,13 +756,27 @@ fn start_feed(
     });
 }
 
+/// Waits for the next state the committer installs; never, without a committer.
+async fn learned_changed(
+    learned: &mut Option<watch::Receiver<WorldState>>,
+) -> std::result::Result<(), watch::error::RecvError> {
+    match learned {
+        Some(learned) => learned.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn start_compactor(
-    replica: Replica,
+    mut replica: Replica,
     committer: Option<Committer>,
     policy: Policy,
     options: &BucketOptions,
     search: BodySearch,
 ) -> Compaction {
+    if let Some(committer) = &committer {
+        // Own slots, and peers' the committer read, reach the compactor from memory.
+        replica.set_recent(committer.recent());
+    }
     let stop = CancellationToken::new();
     let (done_tx, done) = oneshot::channel();
     let (steps_tx, steps) = watch::channel(None);
@@ -757,8 +797,9 @@ fn start_compactor(
     }
 }
 
-/// The compactor's loop: wait, replay what the log gained, step; until stopped. A step cut
-/// short by the stop costs only what it wrote (an unfinished checkpoint is never named).
+/// The compactor's loop: wait (taking the committer's recent slots as they come), replay
+/// what the log gained, step; until stopped. A step cut short by the stop costs only what it
+/// wrote (an unfinished checkpoint is never named).
 /// After a checkpoint is written or adopted, the committer sheds what it holds.
 async fn compact(
     mut replica: Replica,
@@ -783,11 +824,23 @@ async fn compact(
                 changed = learned.changed() => if changed.is_err() { return },
             }
         }
-        let pause = every + compactor.delay();
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(pause) => {}
+        let wake = tokio::time::Instant::now() + every + compactor.delay();
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep_until(wake) => break,
+                // The slots the committer learns of are taken from its ring as they come, so
+                // the ring need only hold what arrives during one step.
+                changed = learned_changed(&mut learned) => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if let Err(e) = replica.apply_recent() {
+                        tracing::warn!(error = %e, "applying recent slots failed");
+                    }
+                }
+            }
         }
         let mut before = None;
         let step = async {

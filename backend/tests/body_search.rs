@@ -129,9 +129,12 @@ async fn a_view_answers_from_the_version_of_its_own_snapshot() {
 async fn without_an_index_of_the_snapshot_in_time_a_body_lookup_is_unavailable() {
     let simulated = Simulated::new(Arc::new(MemoryStore::new()), 3);
     let blobs: Arc<dyn BlobStore> = Arc::new(simulated.clone());
+    let writer = BucketStore::open(blobs.clone(), options()).await.unwrap();
+    publish(&writer, "/a.md", "held words\n").await;
+    writer.close().await;
+    // A store holds the slots it wrote in memory; one opened after the write reads the
+    // inline bodies from their slot with a ranged get: park those reads.
     let store = BucketStore::open(blobs, options()).await.unwrap();
-    publish(&store, "/a.md", "held words\n").await;
-    // Inline bodies are read from their slot with a ranged get: park those reads.
     let hold = simulated.hold(quire_blob::Op::GetRange, "log/");
     assert_eq!(
         fresh_rows(&store, "held").await,

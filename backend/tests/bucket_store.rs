@@ -335,7 +335,8 @@ async fn a_watched_hub_polls_the_log_for_peer_commits_without_hints() {
 
 #[tokio::test]
 async fn stats_count_slots_and_blob_traffic_and_current_reads_no_bytes() {
-    let store = BucketStore::open(Arc::new(MemoryStore::new()), options("w/"))
+    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let store = BucketStore::open(blobs.clone(), options("w/"))
         .await
         .unwrap();
     let opened = store.stats().blobs.unwrap();
@@ -369,7 +370,15 @@ async fn stats_count_slots_and_blob_traffic_and_current_reads_no_bytes() {
         (doc.etag, doc.content_hash),
         (current.etag, current.body_hash)
     );
-    assert!(store.stats().blobs.unwrap().since(&before).bytes_down > 0);
+    // The body is in a slot this store wrote, still in memory.
+    assert_eq!(store.stats().blobs.unwrap().since(&before).bytes_down, 0);
+    view.close();
+    // A store opened after the write downloads it.
+    let other = BucketStore::open(blobs, options("w/")).await.unwrap();
+    let view = other.open_view(&ctx).await.unwrap();
+    let before = other.stats().blobs.unwrap();
+    assert_eq!(view.get(&ctx, "/a.md", 0).await.unwrap().etag, current.etag);
+    assert!(other.stats().blobs.unwrap().since(&before).bytes_down > 0);
     view.close();
 }
 

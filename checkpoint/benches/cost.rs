@@ -14,8 +14,10 @@
 //! Requests and bytes are counted per role:
 //! - commit: the writer creating its slots;
 //! - checkpoint: the writing store's checkpoint job (what it creates and what it reads);
-//! - own reads: the writing store reading its own slots back (its compactor catching up, as
-//!   the server's compactor does);
+//! - own reads: the writing store's compactor catching up on the slots it wrote, taken from
+//!   the ring its committer publishes into, as the server's compactor does;
+//! - own, no ring: the same catch-up read from the bucket (a store whose ring lost them, or
+//!   before the ring): a replica that only catches up;
 //! - follower: a second replica catching up on the slots and adopting each checkpoint.
 
 mod generator;
@@ -29,6 +31,7 @@ use quire_blob::{BlobStore, MeterReading, Metered, Op, Simulated};
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::genesis::create_world;
 use quire_checkpoint::{OpenOptions, Replica, WriteStats};
+use quire_log::recent::RecentSlots;
 use rand::SeedableRng;
 
 const FRESHEN: Duration = Duration::from_secs(1800);
@@ -96,7 +99,7 @@ impl Role {
     fn row(&self, name: &str, writes: f64) {
         let r = &self.reading;
         println!(
-            "{name:<11} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>9.4} {:>10.0} {:>10.0}",
+            "{name:<12} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>9.4} {:>10.0} {:>10.0}",
             r.requests(Op::Create) as f64 / writes,
             (r.requests(Op::Get)) as f64 / writes,
             r.requests(Op::GetRange) as f64 / writes,
@@ -148,6 +151,7 @@ async fn run(args: Args) {
     let commit = Metered::new(bucket.clone());
     let own = Metered::new(bucket.clone());
     let follower = Metered::new(bucket.clone());
+    let unringed = Metered::new(bucket.clone());
     let t = tokio::time::Instant::now();
     let w = Instant::now();
     let mut writer_replica = open(Arc::new(own.clone())).await;
@@ -160,6 +164,9 @@ async fn run(args: Args) {
         cold.bytes_down as f64 / 1e6
     );
     let mut follower_replica = open(Arc::new(follower.clone())).await;
+    let mut unringed_replica = open(Arc::new(unringed.clone())).await;
+    let recent = Arc::new(RecentSlots::default());
+    writer_replica.set_recent(recent.clone());
     let mut generator = Generator::after(Arc::new(commit.clone()), &writer_replica, 13);
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
     let writes = args.rate * args.interval;
@@ -169,6 +176,7 @@ async fn run(args: Args) {
         Role::default(),
         Role::default(),
     );
+    let mut unringed_role = Role::default();
     let mut written = 0u64;
     let mut slowest = (Duration::ZERO, Duration::ZERO);
     let mut checkpoint_bytes = 0u64;
@@ -187,7 +195,7 @@ async fn run(args: Args) {
                 writes,
                 args.per_slot,
                 &mut rng,
-                |_| {},
+                |slot| recent.publish(&slot),
             )
             .await;
         tokio::time::sleep_until(end).await;
@@ -196,6 +204,13 @@ async fn run(args: Args) {
         let before = own.reading();
         writer_replica.catch_up().await.unwrap();
         own_role.add(&own.reading().since(&before));
+        let before = unringed.reading();
+        unringed_replica.catch_up().await.unwrap();
+        unringed_role.add(&unringed.reading().since(&before));
+        assert_eq!(
+            unringed_replica.state().sequence(),
+            writer_replica.state().sequence()
+        );
 
         let before = own.reading();
         let (t, w) = (tokio::time::Instant::now(), Instant::now());
@@ -237,7 +252,7 @@ async fn run(args: Args) {
         args.intervals, args.interval, args.rate, args.per_slot
     );
     println!(
-        "{:<11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}",
+        "{:<12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}",
         "role",
         "create",
         "get",
@@ -252,6 +267,7 @@ async fn run(args: Args) {
     commit_role.row("commit", n);
     checkpoint_role.row("checkpoint", n);
     own_role.row("own reads", n);
+    unringed_role.row("own, no ring", n);
     follower_role.row("follower", n);
     println!();
     println!(

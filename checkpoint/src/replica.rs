@@ -5,6 +5,10 @@
 //! read back cheaply: the sequence of each document's last change since the base tier's cut,
 //! and the state at each tier grid point crossed since the checkpoint it rests on (a
 //! persistent snapshot, so O(1) to keep). See `docs/FORMAT.md` for the tiers.
+//!
+//! A replica given its store's ring of recent slots ([`Replica::set_recent`]) applies the
+//! slots it holds without a request and reads the bucket only for what it lacks, so a store's
+//! compactor never downloads the slots its committer created or already read.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -15,6 +19,7 @@ use imbl::OrdMap;
 use quire_blob::BlobStore;
 use quire_log::marker::{GENESIS_SEQUENCE, Marker, genesis_tip};
 use quire_log::model::HistoryBlockRef;
+use quire_log::recent::RecentSlots;
 use quire_log::slot::EncodedSlot;
 use quire_log::{
     Clock, DocPath, DocState, Hash, Timestamp, WorldId, WorldState, keys as log_keys, tip,
@@ -140,6 +145,8 @@ pub struct Replica {
     pending_since: Option<Timestamp>,
     /// Newer checkpoints cold start could not use (see [`Replica::open`]).
     skipped: Vec<u64>,
+    /// Slots the store created or read, taken before the bucket (see [`Replica::catch_up`]).
+    recent: Option<Arc<RecentSlots>>,
 }
 
 /// Lists every checkpoint sequence under `prefix`, oldest first, with its attributes. A key
@@ -397,6 +404,7 @@ impl Replica {
             settle: options.settle,
             pending_since: None,
             skipped: Vec::new(),
+            recent: None,
         };
         let applied = replica.catch_up().await?;
         if applied == 0 && sequence > GENESIS_SEQUENCE {
@@ -604,9 +612,56 @@ impl Replica {
         self.tracker.open_cut = cut;
     }
 
-    /// Brings the state to the log's tip: probes the next slot name and replays every later
-    /// slot. Returns how many slots were applied.
+    /// Takes slots from `recent` (the ring its store's committer publishes into) before
+    /// reading the bucket: see [`Replica::catch_up`].
+    pub fn set_recent(&mut self, recent: Arc<RecentSlots>) {
+        self.recent = Some(recent);
+    }
+
+    /// Brings the state to the log's tip as far as the store knows it. Without a ring of
+    /// recent slots ([`Replica::set_recent`]) that is the bucket's tip: probe the next slot
+    /// name and replay every later slot. With one, the slots it holds after the state are
+    /// applied from memory, and once the state reaches its newest slot nothing is read: the
+    /// replica follows what its store created and read. Where the ring lacks the next slot
+    /// (it never held it, or lost it to its bound) the bucket is read as without a ring,
+    /// each listed slot the ring holds taken from it. Returns how many slots were applied.
     pub async fn catch_up(&mut self) -> Result<usize> {
+        let from_memory = self.apply_recent()?;
+        let known = self.recent.as_ref().and_then(|r| r.newest());
+        if known.is_some_and(|newest| newest <= self.state.sequence()) {
+            return Ok(from_memory);
+        }
+        Ok(from_memory + self.catch_up_bucket().await?)
+    }
+
+    /// [`Replica::catch_up`] to the bucket's tip whatever the ring knows: a peer's
+    /// checkpoint may be ahead of what this store has seen.
+    async fn catch_up_tip(&mut self) -> Result<usize> {
+        let from_memory = self.apply_recent()?;
+        Ok(from_memory + self.catch_up_bucket().await?)
+    }
+
+    /// Applies the ring's slots that follow the state, in order, without reading anything.
+    /// Returns how many applied.
+    pub fn apply_recent(&mut self) -> Result<usize> {
+        let Some(recent) = self.recent.clone() else {
+            return Ok(0);
+        };
+        let mut marking = Marking {
+            replica: self,
+            pending: Vec::new(),
+        };
+        let Marking { replica, pending } = &mut marking;
+        let mut applied = 0;
+        while let Some(slot) = recent.slot(replica.state.sequence() + 1) {
+            replica.apply_collecting(&slot, pending)?;
+            applied += 1;
+        }
+        Ok(applied)
+    }
+
+    /// Probes the next slot name in the bucket and replays every later slot.
+    async fn catch_up_bucket(&mut self) -> Result<usize> {
         let op = Op::Replay;
         let probe = self.state.sequence() + 1;
         let next = retrying(
@@ -627,8 +682,9 @@ impl Replica {
         Ok(1 + replica.replay_after_probe(pending).await?)
     }
 
-    /// The rest of [`Replica::catch_up`] once the probed slot applied: lists the log after
-    /// the state and applies every slot listed, change marks collected in `pending`.
+    /// The rest of [`Replica::catch_up_bucket`] once the probed slot applied: lists the log
+    /// after the state and applies every slot listed (read, unless the ring holds it),
+    /// change marks collected in `pending`.
     async fn replay_after_probe(&mut self, pending: &mut Vec<(DocPath, u64)>) -> Result<usize> {
         let op = Op::Replay;
         let log = log_keys::log_prefix(&self.prefix);
@@ -648,19 +704,24 @@ impl Replica {
         }
         let store = self.store.clone();
         let prefix = self.prefix.clone();
+        let recent = self.recent.clone();
         let mut reads = futures::stream::iter(sequences)
             .map(|sequence| {
                 let store = store.clone();
                 let prefix = prefix.clone();
+                let held = recent.as_ref().and_then(|r| r.slot(sequence));
                 // Spawned, so slots decode on the other workers while this one applies.
                 let read = tokio::spawn(async move {
+                    if let Some(slot) = held {
+                        return Ok(slot);
+                    }
                     let slot = retrying(
                         || tip::read_slot(&*store, &prefix, sequence),
                         quire_log::Error::blob_kind,
                     )
                     .await
                     .map_err(|e| Error::from_log(op, e))?;
-                    slot.ok_or_else(|| {
+                    slot.map(Arc::new).ok_or_else(|| {
                         Error::integrity(
                             op,
                             log_keys::slot_key(&prefix, sequence),
@@ -790,7 +851,7 @@ impl Replica {
             return Ok(false);
         }
         if self.state.sequence() < sequence {
-            self.catch_up().await?;
+            self.catch_up_tip().await?;
         }
         let key = checkpoint_key(&self.prefix, sequence);
         if self.state.sequence() < sequence {

@@ -73,6 +73,13 @@
 //! blocks replace their recent versions up to the checkpoint, so what it retains is bounded
 //! by what the newest checkpoint does not cover.
 //!
+//! # What it keeps for the store's other readers
+//!
+//! Every slot the committer created (once confirmed) or read goes into
+//! [`Committer::recent`], a bounded ring ([`crate::recent`]), before the state holding it is
+//! installed: the store's compactor and change feed take slots from there instead of
+//! downloading them.
+//!
 //! # Size
 //!
 //! This file is long (over 2,000 lines) because the pipeline, the race handling and the tip
@@ -103,6 +110,7 @@ use crate::ids::{Hash, OperationId, StoreId};
 use crate::keys;
 use crate::model::{DocSummary, HistoryBlockRef, Location, VersionRecord};
 use crate::path::DocPath;
+use crate::recent::{DEFAULT_RECENT_BYTES, DEFAULT_RECENT_SLOTS, RecentSlots};
 use crate::slot::{DEFAULT_INLINE_LIMIT, EncodedSlot, MAX_SLOT_ENTRIES, Slot};
 use crate::state::WorldState;
 use crate::tip;
@@ -215,6 +223,9 @@ pub struct CommitterConfig {
     /// Seeds the jitter.
     pub seed: u64,
     pub on_committed: Option<CommittedHook>,
+    /// Bounds of the ring of recent slots ([`Committer::recent`]): slots, and their bytes.
+    pub recent_slots: usize,
+    pub recent_bytes: usize,
 }
 
 impl Default for CommitterConfig {
@@ -240,6 +251,8 @@ impl Default for CommitterConfig {
             backoff_cap: Duration::from_secs(5),
             seed: 0,
             on_committed: None,
+            recent_slots: DEFAULT_RECENT_SLOTS,
+            recent_bytes: DEFAULT_RECENT_BYTES,
         }
     }
 }
@@ -421,6 +434,9 @@ struct Shared {
     /// Requests submitted so far: each takes the next number as its arrival.
     arrivals: AtomicU64,
     settled: Mutex<Settled>,
+    /// Every slot this committer created or read, published before the state holding it is
+    /// installed, so a reader woken by the install finds it here.
+    recent: Arc<RecentSlots>,
 }
 
 impl Shared {
@@ -559,6 +575,7 @@ impl Committer {
             .clamp(config.batch_max, MAX_SLOT_ENTRIES);
         config.batch_start = config.batch_start.clamp(1, config.batch_max);
         config.pipeline = config.pipeline.max(1);
+        let recent = Arc::new(RecentSlots::new(config.recent_slots, config.recent_bytes));
         let (committed, _) = watch::channel(state.sequence());
         let (served, _) = watch::channel(state);
         let shared = Arc::new(Shared {
@@ -574,6 +591,7 @@ impl Committer {
             latencies: Arc::default(),
             arrivals: AtomicU64::new(0),
             settled: Mutex::default(),
+            recent,
         });
         if let Some(hook) = shared.config.on_committed.clone() {
             let mut changes = shared.committed.subscribe();
@@ -680,6 +698,13 @@ impl Committer {
         self.shared.served.borrow().clone()
     }
 
+    /// The slots this committer created or read, each published before the state holding it
+    /// is installed: a reader following [`Committer::subscribe`] takes them from here rather
+    /// than from the bucket.
+    pub fn recent(&self) -> Arc<RecentSlots> {
+        self.shared.recent.clone()
+    }
+
     /// Follows every installed state.
     pub fn subscribe(&self) -> watch::Receiver<WorldState> {
         self.shared.served.subscribe()
@@ -710,11 +735,15 @@ impl Committer {
         let mut state = self.state();
         let own = self.shared.config.store;
         let mut peer = false;
+        let recent = &self.shared.recent;
         let result = tip::catch_up_observed(
             self.shared.store.as_ref(),
             &self.shared.config.prefix,
             &mut state,
-            |slot| peer |= slot.slot.store != own,
+            |slot| {
+                peer |= slot.slot.store != own;
+                recent.publish(slot);
+            },
         )
         .await;
         if peer {
@@ -1310,6 +1339,7 @@ impl Actor {
         let own = self.shared.config.store;
         let mut peer = false;
         let store = self.shared.store.clone();
+        let recent = &self.shared.recent;
         let read = tip::catch_up_observed(
             store.as_ref(),
             &self.shared.config.prefix,
@@ -1317,6 +1347,7 @@ impl Actor {
             |slot| {
                 touched.add(slot, policy.as_ref());
                 peer |= slot.slot.store != own;
+                recent.publish(slot);
             },
         )
         .await;
@@ -1808,6 +1839,10 @@ impl Actor {
         };
         match outcome {
             CreateOutcome::Won => {
+                if let Some(slot) = &sealed.slot {
+                    // The bytes the bucket now holds under its name.
+                    self.shared.recent.publish(slot);
+                }
                 self.tail = sealed.result.clone();
                 // The name was absent when the create landed, after it was sent.
                 self.shared
@@ -1879,6 +1914,7 @@ impl Actor {
                         return;
                     }
                 };
+                self.shared.recent.publish(&winner);
                 let mut touched = Touched::default();
                 touched.add(&winner, self.shared.config.policy_path.as_ref());
                 self.lost_streak += 1;
@@ -1888,6 +1924,7 @@ impl Actor {
                     let policy = self.shared.config.policy_path.clone();
                     let own = self.shared.config.store;
                     let mut peer = false;
+                    let recent = &self.shared.recent;
                     let replayed = tip::replay_observed(
                         store.as_ref(),
                         &self.shared.config.prefix,
@@ -1895,6 +1932,7 @@ impl Actor {
                         |slot| {
                             touched.add(slot, policy.as_ref());
                             peer |= slot.slot.store != own;
+                            recent.publish(slot);
                         },
                     )
                     .await;
@@ -1948,6 +1986,7 @@ impl Actor {
         let own = self.shared.config.store;
         let mut peer = false;
         let store = self.shared.store.clone();
+        let recent = &self.shared.recent;
         let read = tip::catch_up_observed(
             store.as_ref(),
             &self.shared.config.prefix,
@@ -1955,6 +1994,7 @@ impl Actor {
             |slot| {
                 touched.add(slot, policy.as_ref());
                 peer |= slot.slot.store != own;
+                recent.publish(slot);
             },
         )
         .await;

@@ -21,6 +21,7 @@
 //! | [`marker`] | the world marker and the genesis tip |
 //! | [`tip`] | probing the next slot name, listing fallback, replay |
 //! | [`commit`] | the group committer |
+//! | [`recent`] | the ring of slots a store created or read, which its other readers take first |
 //!
 //! # Formats, and where they differ from the reference implementation
 //!
@@ -43,6 +44,8 @@
 //!   is the single path by which any state advances: commit, refresh and replay alike.
 //! - The committer answers a write only after the slot holding it is confirmed; an ambiguous
 //!   create is decided by reading the slot back, never guessed.
+//! - A slot taken from memory ([`recent::RecentSlots`]) is byte for byte the stored one: a
+//!   store publishes only slots whose create it confirmed and slots it read.
 //! - Time and randomness come from injected sources ([`Clock`], a seed), so tests are
 //!   deterministic.
 
@@ -57,6 +60,7 @@ pub mod marker;
 pub mod metadata;
 pub mod model;
 pub mod path;
+pub mod recent;
 pub mod slot;
 pub mod state;
 pub mod tip;
