@@ -314,7 +314,10 @@ async fn a_checkpoint_rewritten_during_a_drop_keeps_what_it_names(bucket: Arc<dy
     // The hold, not the settle time, orders the race here: the writer's settling read of
     // the very shard whose delete is parked waits until that delete landed (its reads of
     // other shards may run at any time).
-    let deleted = hold_delete.first_key().expect("a delete is parked").to_owned();
+    let deleted = hold_delete
+        .first_key()
+        .expect("a delete is parked")
+        .to_owned();
     let job = laggard.prepare(FRESHEN).with_settle(Duration::ZERO);
     let hold_head = simulated.hold(BlobOp::Head, deleted);
     let mut running = tokio::spawn(job.run());

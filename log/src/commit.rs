@@ -609,7 +609,7 @@ impl Committer {
             shedding: VecDeque::new(),
             shed_waiters: Vec::new(),
             lost_streak: 0,
-            read_ahead: false,
+            read_ahead: None,
             cache: Arc::default(),
             warming: Arc::default(),
             closing: None,
@@ -944,7 +944,7 @@ struct Actor {
     lost_streak: u32,
     /// A peer hinted at slots this store has not read: read them before the next create
     /// rather than lose its name to them.
-    read_ahead: bool,
+    read_ahead: Option<u64>,
     /// Version bytes by hash, shared with warm-up reads.
     cache: Arc<Mutex<VersionCache>>,
     /// Reads ahead for queued appends, by version hash; a build waits on one in flight.
@@ -977,7 +977,7 @@ impl Actor {
             self.shed_some();
             if self.closing.is_none() {
                 self.fill_pipeline().await;
-                if self.read_ahead && self.creating.is_none() {
+                if self.read_ahead.is_some() && self.creating.is_none() {
                     self.read_ahead().await;
                 }
             }
@@ -1129,7 +1129,7 @@ impl Actor {
                 } else if sequence > self.shared.served.borrow().sequence() {
                     self.shared.note_peer();
                     self.handoff_until = None;
-                    self.read_ahead = true;
+                    self.read_ahead = self.read_ahead.max(Some(sequence));
                 }
             }
         }
@@ -1940,7 +1940,9 @@ impl Actor {
     /// race, without the failed create), reporting how far the log got so the peer knows it
     /// is this store's turn after it.
     async fn read_ahead(&mut self) {
-        self.read_ahead = false;
+        let Some(hinted) = self.read_ahead.take() else {
+            return;
+        };
         let arrivals = self.shared.arrivals_now();
         let mut next = self.tail.clone();
         let mut touched = Touched::default();
@@ -1948,18 +1950,36 @@ impl Actor {
         let own = self.shared.config.store;
         let mut peer = false;
         let store = self.shared.store.clone();
-        let read = tip::catch_up_observed(
-            store.as_ref(),
-            &self.shared.config.prefix,
-            &mut next,
-            |slot| {
-                touched.add(slot, policy.as_ref());
-                peer |= slot.slot.store != own;
-            },
-        )
-        .await;
+        let mut observe = |slot: &EncodedSlot| {
+            touched.add(slot, policy.as_ref());
+            peer |= slot.slot.store != own;
+        };
+        // The hint names how far the log reached: read the slots up to it by name, one
+        // read each, and no probe past it (the next create settles whether more came). Far
+        // behind, a listing finds them all at once.
+        let read = if hinted.saturating_sub(next.sequence()) > READ_AHEAD_BY_NAME {
+            tip::catch_up_observed(
+                store.as_ref(),
+                &self.shared.config.prefix,
+                &mut next,
+                &mut observe,
+            )
+            .await
+            .map(|_| true)
+        } else {
+            read_up_to(
+                store.as_ref(),
+                &self.shared.config.prefix,
+                &mut next,
+                hinted,
+                &mut observe,
+            )
+            .await
+        };
         match read {
-            Ok(_) => self.shared.settle(next.sequence(), arrivals),
+            // Reached the tip: the next name was found absent.
+            Ok(true) => self.shared.settle(next.sequence(), arrivals),
+            Ok(false) => {}
             Err(e) => tracing::warn!("reading ahead after a peer hint stopped early: {e}"),
         }
         if next.sequence() == self.tail.sequence() {
@@ -2136,6 +2156,30 @@ impl Latencies {
         let (create, read) = (self.create?, self.read?);
         Some(create.saturating_sub(read) + create / 10)
     }
+}
+
+/// How many sequences past its tail a peer hint may name for a store to read the slots by
+/// name (a read each) rather than list the log.
+const READ_AHEAD_BY_NAME: u64 = MAX_SLOT_ENTRIES as u64 * 4;
+
+/// Applies the slots after `state` by name until it reaches `target` (or a name is absent).
+/// Returns whether it found the log's end (an absent name); reaching `target` proves
+/// nothing about later slots.
+async fn read_up_to(
+    store: &dyn BlobStore,
+    prefix: &str,
+    state: &mut WorldState,
+    target: u64,
+    observe: &mut impl FnMut(&EncodedSlot),
+) -> Result<bool> {
+    while state.sequence() < target {
+        let Some(slot) = tip::read_slot(store, prefix, state.sequence() + 1).await? else {
+            return Ok(true);
+        };
+        state.apply_in_place(&slot)?;
+        observe(&slot);
+    }
+    Ok(false)
 }
 
 /// One slot create: its name, bytes and how to pursue it.

@@ -230,7 +230,10 @@ fn block_until_serving(server: &mut Server) {
     let mut line = String::new();
     loop {
         line.clear();
-        let read = server._stdout.read_line(&mut line).expect("readable stdout");
+        let read = server
+            ._stdout
+            .read_line(&mut line)
+            .expect("readable stdout");
         assert!(
             read > 0,
             "quire serve exited before it served (see its log)"
@@ -279,6 +282,8 @@ struct Load {
     offered: u64,
     /// Acknowledged (200/201) within the measured window.
     acknowledged: u64,
+    /// Acknowledged after it, while the outstanding writes drained.
+    acknowledged_late: u64,
     /// Latencies of every acknowledged write, from its scheduled send, sorted.
     latencies: Vec<Duration>,
     refused: u64,
@@ -335,6 +340,8 @@ async fn offer(
                 load.latencies.push(latency);
                 if in_window {
                     load.acknowledged += 1;
+                } else {
+                    load.acknowledged_late += 1;
                 }
             }
             429 | 503 => load.refused += 1,
@@ -427,13 +434,21 @@ async fn run(dir: &Path, s3: &S3, token: &str, n: usize, args: &Args) -> f64 {
         } else {
             load.acknowledged as f64 / acknowledged as f64
         };
+        let slots = delta(b, a, "quire_commit_batch_size_count");
+        let per_slot = if slots == 0 {
+            0.0
+        } else {
+            delta(b, a, "quire_commit_batch_size_sum") as f64 / slots as f64
+        };
         println!(
-            "  p{k}: {} acknowledged ({:.0}/s, share {:.0}%) of {} offered, p50 {}, p99 {}, p999 {}, \
-             {} refused, {} failed; slots won {}, races lost {}, yields {}, hand-offs {}, listening pauses {}; \
+            "  p{k}: {} acknowledged ({:.0}/s, share {:.0}%; {} more after the window) of {} offered, \
+             p50 {}, p99 {}, p999 {}, {} refused, {} failed; slots won {}, races lost {}, \
+             {per_slot:.1} writes per sealed slot, yields {}, hand-offs {}, listening pauses {}; \
              hints sent {}, followed {}; {} bucket requests",
             load.acknowledged,
             load.acknowledged as f64 / args.seconds,
             share * 100.0,
+            load.acknowledged_late,
             load.offered,
             ms(quantile(&load.latencies, 0.5)),
             ms(quantile(&load.latencies, 0.99)),

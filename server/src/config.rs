@@ -988,7 +988,13 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
                 DriverKind::File => {
                     check_allowed(
                         &what,
-                        &["driver", "world_id", "location", "prefix", "simulate_latency"],
+                        &[
+                            "driver",
+                            "world_id",
+                            "location",
+                            "prefix",
+                            "simulate_latency",
+                        ],
                     )?;
                     let location = raw
                         .location

@@ -12,11 +12,11 @@ use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::changes::DEFAULT_RING;
 use quire_backend::file::{FileOptions, FileStore};
 use quire_backend::{Follower, SearchOptions, Store};
-use quire_blob::{BlobStore, Simulated};
 use quire_blob::file::FileStore as FileBlobs;
 use quire_blob::gcs::{GcsAuth, GcsConfig, GcsStore};
 use quire_blob::memory::MemoryStore;
 use quire_blob::s3::{S3Config, S3Store};
+use quire_blob::{BlobStore, Simulated};
 
 use crate::config::{BackendConfig, BucketDriver, SimulatedLatency, WorldConfig};
 use crate::peers::Peers;

@@ -18,8 +18,7 @@ use quire_server::peers::listener;
 use quire_server::peers::sender::{self, SenderSettings};
 use quire_server::peers::{
     ALPN_PEER, Peers, RECEIVED_FOLLOWED, RECEIVED_FOREIGN_CERTIFICATE, RECEIVED_MALFORMED,
-    RECEIVED_UNKNOWN_VERSION, RECEIVED_UNKNOWN_WORLD, ReplicaIdentity, SENT_DELIVERED,
-    SENT_FAILED,
+    RECEIVED_UNKNOWN_VERSION, RECEIVED_UNKNOWN_WORLD, ReplicaIdentity, SENT_DELIVERED, SENT_FAILED,
 };
 use reqwest::StatusCode;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -225,10 +224,16 @@ async fn unknown_worlds_and_malformed_hints_are_dropped_and_counted() {
         let _ = stream.finish();
         let _ = stream.stopped().await;
     }
-    eventually("four malformed hints and one of an unknown version to be counted", || {
-        b.peers.counters().count("received", RECEIVED_MALFORMED) == 4
-            && b.peers.counters().count("received", RECEIVED_UNKNOWN_VERSION) == 1
-    })
+    eventually(
+        "four malformed hints and one of an unknown version to be counted",
+        || {
+            b.peers.counters().count("received", RECEIVED_MALFORMED) == 4
+                && b.peers
+                    .counters()
+                    .count("received", RECEIVED_UNKNOWN_VERSION)
+                    == 1
+        },
+    )
     .await;
     assert!(b.followed.try_recv().is_err(), "nothing was followed");
     assert_eq!(b.peers.counters().count("received", RECEIVED_FOLLOWED), 0);

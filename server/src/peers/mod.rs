@@ -340,14 +340,21 @@ mod tests {
         }
         let long = format!("v1 commit {} 1\n", "a".repeat(65));
         assert_eq!(parse_hint(long.as_bytes()), Err(HintError::Malformed));
-        assert_eq!(parse_hint(&[b'v', b'1', b' ', 0xff, b'\n']), Err(HintError::Malformed));
+        assert_eq!(
+            parse_hint(&[b'v', b'1', b' ', 0xff, b'\n']),
+            Err(HintError::Malformed)
+        );
         // A later format: its version is read, whatever follows.
         for newer in [
             "v2 commit w 1\n".as_bytes(),
             b"v2 something else entirely",
             b"v999999999 \xff",
         ] {
-            assert_eq!(parse_hint(newer), Err(HintError::UnknownVersion), "{newer:?}");
+            assert_eq!(
+                parse_hint(newer),
+                Err(HintError::UnknownVersion),
+                "{newer:?}"
+            );
         }
         let too_long = format!("v2 {}", "x".repeat(MAX_HINT_BYTES));
         assert_eq!(parse_hint(too_long.as_bytes()), Err(HintError::Malformed));
