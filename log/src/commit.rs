@@ -41,8 +41,12 @@
 //!    [`CommitterConfig::on_committed`] reports the winning slot, a server forwards it, and
 //!    the winner's [`Committer::follow`] sees a sequence inside its own slot and holds its
 //!    next create (at most [`CommitterConfig::handoff_wait`]) until the peer's slot appears;
-//!    a hint beyond what it serves makes it read the peer's slots before its next create
-//!    instead of losing that name to them. Contending stores so take turns.
+//!    a hint beyond what it serves makes it read the peer's slots up to the hinted sequence
+//!    (by name, one read each) before its next create instead of losing that name to them.
+//!    While hints flow and a peer contended within [`CommitterConfig::yield_window`] (lost
+//!    a slot to this store, beat it to one, or took a turn it held), a store holds the same
+//!    way after each of its wins instead of pausing at random. Contending stores so take
+//!    turns.
 //!
 //! # Every answer at the tip
 //!
@@ -604,6 +608,7 @@ impl Committer {
             limit,
             yield_until: None,
             handoff_until: None,
+            contended: None,
             last_listened: Instant::now(),
             own_slots: VecDeque::new(),
             shedding: VecDeque::new(),
@@ -931,6 +936,9 @@ struct Actor {
     limit: usize,
     yield_until: Option<Instant>,
     handoff_until: Option<Instant>,
+    /// When a peer last contended for this store's names with hints flowing: lost a slot
+    /// to it, beat it to one, or took a turn it was offered.
+    contended: Option<Instant>,
     /// When this store last left a name free, or last saw a peer (see
     /// [`CommitterConfig::listen_every`]).
     last_listened: Instant,
@@ -1124,11 +1132,15 @@ impl Actor {
                     .any(|(first, last)| (*first..=*last).contains(&sequence));
                 if ours {
                     self.shared.note_peer();
+                    self.contended = Some(Instant::now());
                     self.handoff_until = Some(Instant::now() + self.shared.config.handoff_wait);
                     self.shared.stats().handoffs += 1;
                 } else if sequence > self.shared.served.borrow().sequence() {
                     self.shared.note_peer();
-                    self.handoff_until = None;
+                    if self.handoff_until.take().is_some() {
+                        // The peer took the turn this store held for it.
+                        self.contended = Some(Instant::now());
+                    }
                     self.read_ahead = self.read_ahead.max(Some(sequence));
                 }
             }
@@ -1843,7 +1855,17 @@ impl Actor {
                     }
                 }
                 answer_batch(front, first);
-                if self.shared.peer_active() {
+                let contending = self
+                    .contended
+                    .is_some_and(|at| at.elapsed() <= self.shared.config.yield_window);
+                if self.shared.peer_active() && self.shared.hinted() && contending {
+                    // Peers want names too and hints say when they took one: hold the next
+                    // create for them (until a hint shows their slot, at most a hand-off
+                    // wait) instead of racing them for it.
+                    self.handoff_until = Some(Instant::now() + self.shared.config.handoff_wait);
+                    self.shared.stats().yields += 1;
+                    self.last_listened = Instant::now();
+                } else if self.shared.peer_active() {
                     let jitter = self.shared.yield_ceiling().as_micros() as u64;
                     if jitter > 0 {
                         let pause = self
@@ -1870,6 +1892,7 @@ impl Actor {
                 self.shared.stats().slots_lost += 1;
                 if winner.slot.store != self.shared.config.store {
                     self.shared.note_peer();
+                    self.contended = Some(Instant::now());
                 }
                 let mut next = match self.tail.apply(&winner) {
                     Ok(next) => next,
