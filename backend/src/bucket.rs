@@ -962,6 +962,9 @@ impl Store for BucketStore {
                 slots_lost: counters.slots_lost,
                 members_rebuilt: counters.members_rebuilt,
                 members_kept: counters.members_kept,
+                yields: counters.yields,
+                handoffs: counters.handoffs,
+                listening_pauses: counters.listening_pauses,
             }
         });
         StoreStats {

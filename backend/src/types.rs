@@ -214,4 +214,10 @@ pub struct CommitCounters {
     pub members_rebuilt: u64,
     /// Members kept as built after a lost race.
     pub members_kept: u64,
+    /// Pauses after wins while a peer was active (turn-taking).
+    pub yields: u64,
+    /// Creates held back for a peer that lost a slot to this store (peer hints).
+    pub handoffs: u64,
+    /// Names left free by a busy store that saw no peer, so a starving one is seen.
+    pub listening_pauses: u64,
 }

@@ -10,7 +10,8 @@
 //! writers; it prints total writes/s, each store's share of the commits and its p99
 //! acknowledge latency, with and without hints. 2 and 3 stores, with and without hints, are
 //! also offered 250 writes/s in total (open loop), printing each store's share and p99.
-//! `QUIRE_BENCH_STATS=1` prints each store's slot races, yields and pauses.
+//! `QUIRE_BENCH_STATS=1` prints each store's slot races, yields and pauses;
+//! `QUIRE_BENCH_OPEN_LOOP_STORES=1` runs only the open-loop figures of 2 and 3 stores.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -331,7 +332,26 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
 }
 
+/// Prints 2 and 3 stores offered 250 writes/s in total, with and without hints.
+fn open_loop_stores() {
+    for (stores, hints) in [(2u8, true), (3, true), (2, false), (3, false)] {
+        let run = open_loop_stores_run(7, stores, hints, 250, 10);
+        let shares: Vec<String> = run
+            .iter()
+            .map(|(share, p99)| format!("{:.0}% p99 {p99:?}", share * 100.0))
+            .collect();
+        eprintln!(
+            "open loop 250 writes/s in total over {stores} stores, peer hints {hints} (simulated): {}",
+            shares.join(", "),
+        );
+    }
+}
+
 fn bench(c: &mut Criterion) {
+    if std::env::var_os("QUIRE_BENCH_OPEN_LOOP_STORES").is_some() {
+        open_loop_stores();
+        return;
+    }
     let mut group = c.benchmark_group("commit");
     group.sample_size(10);
     group.throughput(Throughput::Elements(SATURATION_WRITES));
@@ -371,17 +391,7 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
-    for (stores, hints) in [(2u8, true), (3, true), (2, false), (3, false)] {
-        let run = open_loop_stores_run(7, stores, hints, 250, 10);
-        let shares: Vec<String> = run
-            .iter()
-            .map(|(share, p99)| format!("{:.0}% p99 {p99:?}", share * 100.0))
-            .collect();
-        eprintln!(
-            "open loop 250 writes/s in total over {stores} stores, peer hints {hints} (simulated): {}",
-            shares.join(", "),
-        );
-    }
+    open_loop_stores();
     let summary = open_loop_run(7, 10);
     eprintln!(
         "open loop 250 writes/s for 10 s (simulated): p50 {:?} p99 {:?} p999 {:?}; {:.3} creates/write, {:.0} bytes up/write",

@@ -41,8 +41,12 @@
 //!    [`CommitterConfig::on_committed`] reports the winning slot, a server forwards it, and
 //!    the winner's [`Committer::follow`] sees a sequence inside its own slot and holds its
 //!    next create (at most [`CommitterConfig::handoff_wait`]) until the peer's slot appears;
-//!    a hint beyond what it serves makes it read the peer's slots before its next create
-//!    instead of losing that name to them. Contending stores so take turns.
+//!    a hint beyond what it serves makes it read the peer's slots up to the hinted sequence
+//!    (by name, one read each) before its next create instead of losing that name to them.
+//!    While hints flow and a peer contended within [`CommitterConfig::yield_window`] (lost
+//!    a slot to this store, beat it to one, or took a turn it held), a store holds the same
+//!    way after each of its wins instead of pausing at random. Contending stores so take
+//!    turns.
 //!
 //! # Every answer at the tip
 //!
@@ -622,12 +626,13 @@ impl Committer {
             limit,
             yield_until: None,
             handoff_until: None,
+            contended: None,
             last_listened: Instant::now(),
             own_slots: VecDeque::new(),
             shedding: VecDeque::new(),
             shed_waiters: Vec::new(),
             lost_streak: 0,
-            read_ahead: false,
+            read_ahead: None,
             cache: Arc::default(),
             warming: Arc::default(),
             closing: None,
@@ -960,6 +965,9 @@ struct Actor {
     limit: usize,
     yield_until: Option<Instant>,
     handoff_until: Option<Instant>,
+    /// When a peer last contended for this store's names with hints flowing: lost a slot
+    /// to it, beat it to one, or took a turn it was offered.
+    contended: Option<Instant>,
     /// When this store last left a name free, or last saw a peer (see
     /// [`CommitterConfig::listen_every`]).
     last_listened: Instant,
@@ -973,7 +981,7 @@ struct Actor {
     lost_streak: u32,
     /// A peer hinted at slots this store has not read: read them before the next create
     /// rather than lose its name to them.
-    read_ahead: bool,
+    read_ahead: Option<u64>,
     /// Version bytes by hash, shared with warm-up reads.
     cache: Arc<Mutex<VersionCache>>,
     /// Reads ahead for queued appends, by version hash; a build waits on one in flight.
@@ -1006,7 +1014,7 @@ impl Actor {
             self.shed_some();
             if self.closing.is_none() {
                 self.fill_pipeline().await;
-                if self.read_ahead && self.creating.is_none() {
+                if self.read_ahead.is_some() && self.creating.is_none() {
                     self.read_ahead().await;
                 }
             }
@@ -1153,12 +1161,16 @@ impl Actor {
                     .any(|(first, last)| (*first..=*last).contains(&sequence));
                 if ours {
                     self.shared.note_peer();
+                    self.contended = Some(Instant::now());
                     self.handoff_until = Some(Instant::now() + self.shared.config.handoff_wait);
                     self.shared.stats().handoffs += 1;
                 } else if sequence > self.shared.served.borrow().sequence() {
                     self.shared.note_peer();
-                    self.handoff_until = None;
-                    self.read_ahead = true;
+                    if self.handoff_until.take().is_some() {
+                        // The peer took the turn this store held for it.
+                        self.contended = Some(Instant::now());
+                    }
+                    self.read_ahead = self.read_ahead.max(Some(sequence));
                 }
             }
         }
@@ -1878,7 +1890,17 @@ impl Actor {
                     }
                 }
                 answer_batch(front, first);
-                if self.shared.peer_active() {
+                let contending = self
+                    .contended
+                    .is_some_and(|at| at.elapsed() <= self.shared.config.yield_window);
+                if self.shared.peer_active() && self.shared.hinted() && contending {
+                    // Peers want names too and hints say when they took one: hold the next
+                    // create for them (until a hint shows their slot, at most a hand-off
+                    // wait) instead of racing them for it.
+                    self.handoff_until = Some(Instant::now() + self.shared.config.handoff_wait);
+                    self.shared.stats().yields += 1;
+                    self.last_listened = Instant::now();
+                } else if self.shared.peer_active() {
                     let jitter = self.shared.yield_ceiling().as_micros() as u64;
                     if jitter > 0 {
                         let pause = self
@@ -1905,6 +1927,7 @@ impl Actor {
                 self.shared.stats().slots_lost += 1;
                 if winner.slot.store != self.shared.config.store {
                     self.shared.note_peer();
+                    self.contended = Some(Instant::now());
                 }
                 let mut next = match self.tail.apply(&winner) {
                     Ok(next) => next,
@@ -1978,7 +2001,9 @@ impl Actor {
     /// race, without the failed create), reporting how far the log got so the peer knows it
     /// is this store's turn after it.
     async fn read_ahead(&mut self) {
-        self.read_ahead = false;
+        let Some(hinted) = self.read_ahead.take() else {
+            return;
+        };
         let arrivals = self.shared.arrivals_now();
         let mut next = self.tail.clone();
         let mut touched = Touched::default();
@@ -1987,19 +2012,37 @@ impl Actor {
         let mut peer = false;
         let store = self.shared.store.clone();
         let recent = &self.shared.recent;
-        let read = tip::catch_up_observed(
-            store.as_ref(),
-            &self.shared.config.prefix,
-            &mut next,
-            |slot| {
-                touched.add(slot, policy.as_ref());
-                peer |= slot.slot.store != own;
-                recent.publish(slot);
-            },
-        )
-        .await;
+        let mut observe = |slot: &EncodedSlot| {
+            touched.add(slot, policy.as_ref());
+            peer |= slot.slot.store != own;
+            recent.publish(slot);
+        };
+        // The hint names how far the log reached: read the slots up to it by name, one
+        // read each, and no probe past it (the next create settles whether more came). Far
+        // behind, a listing finds them all at once.
+        let read = if hinted.saturating_sub(next.sequence()) > READ_AHEAD_BY_NAME {
+            tip::catch_up_observed(
+                store.as_ref(),
+                &self.shared.config.prefix,
+                &mut next,
+                &mut observe,
+            )
+            .await
+            .map(|_| true)
+        } else {
+            read_up_to(
+                store.as_ref(),
+                &self.shared.config.prefix,
+                &mut next,
+                hinted,
+                &mut observe,
+            )
+            .await
+        };
         match read {
-            Ok(_) => self.shared.settle(next.sequence(), arrivals),
+            // Reached the tip: the next name was found absent.
+            Ok(true) => self.shared.settle(next.sequence(), arrivals),
+            Ok(false) => {}
             Err(e) => tracing::warn!("reading ahead after a peer hint stopped early: {e}"),
         }
         if next.sequence() == self.tail.sequence() {
@@ -2176,6 +2219,30 @@ impl Latencies {
         let (create, read) = (self.create?, self.read?);
         Some(create.saturating_sub(read) + create / 10)
     }
+}
+
+/// How many sequences past its tail a peer hint may name for a store to read the slots by
+/// name (a read each) rather than list the log.
+const READ_AHEAD_BY_NAME: u64 = MAX_SLOT_ENTRIES as u64 * 4;
+
+/// Applies the slots after `state` by name until it reaches `target` (or a name is absent).
+/// Returns whether it found the log's end (an absent name); reaching `target` proves
+/// nothing about later slots.
+async fn read_up_to(
+    store: &dyn BlobStore,
+    prefix: &str,
+    state: &mut WorldState,
+    target: u64,
+    observe: &mut impl FnMut(&EncodedSlot),
+) -> Result<bool> {
+    while state.sequence() < target {
+        let Some(slot) = tip::read_slot(store, prefix, state.sequence() + 1).await? else {
+            return Ok(true);
+        };
+        state.apply_in_place(&slot)?;
+        observe(&slot);
+    }
+    Ok(false)
 }
 
 /// One slot create: its name, bytes and how to pursue it.

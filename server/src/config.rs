@@ -47,6 +47,7 @@
 //! endpoint = "http://127.0.0.1:9000"   # optional, s3/gcs
 //! region = "us-east-1"                 # optional, s3
 //! world_id = "2f0c…"                   # optional: checked against the bucket's marker
+//! # simulate_latency = "real-gcs"       # benchmarks only: every blob request waits as on GCS
 //! # … or a plain directory of markdown files:
 //! # kind = "file"
 //! # root = "./notes"
@@ -448,9 +449,21 @@ pub enum BackendConfig {
         driver: BucketDriver,
         /// When set, opening checks the bucket's marker carries this id.
         world_id: Option<WorldId>,
+        /// For benchmarks: every blob request waits a delay drawn from this profile first.
+        simulate_latency: Option<SimulatedLatency>,
     },
     /// A plain directory of markdown files.
     File { root: PathBuf },
+}
+
+/// Latency a bucket world adds in front of its driver (`simulate_latency`), so benchmarks
+/// on a local server see a remote bucket's round trips. Never for serving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SimulatedLatency {
+    /// The real-GCS figures of ADR 0036 (`quire_blob::real_gcs_latency`): creates about
+    /// 40 ms, reads about 30 ms, metadata reads 11-14 ms.
+    RealGcs,
 }
 
 /// The blob driver under a bucket store.
@@ -762,6 +775,7 @@ struct RawBackend {
     endpoint: Option<Spanned<String>>,
     region: Option<Spanned<String>>,
     root: Option<Spanned<PathBuf>>,
+    simulate_latency: Option<Spanned<SimulatedLatency>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -876,7 +890,7 @@ impl ConfigFile {
 }
 
 fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
-    let fields: [(&str, Option<std::ops::Range<usize>>); 8] = [
+    let fields: [(&str, Option<std::ops::Range<usize>>); 9] = [
         ("driver", raw.driver.as_ref().map(Spanned::span)),
         ("world_id", raw.world_id.as_ref().map(Spanned::span)),
         ("location", raw.location.as_ref().map(Spanned::span)),
@@ -885,6 +899,10 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
         ("endpoint", raw.endpoint.as_ref().map(Spanned::span)),
         ("region", raw.region.as_ref().map(Spanned::span)),
         ("root", raw.root.as_ref().map(Spanned::span)),
+        (
+            "simulate_latency",
+            raw.simulate_latency.as_ref().map(Spanned::span),
+        ),
     ];
     // Every key present must belong to the chosen kind and driver.
     let check_allowed = |what: &str, allowed: &[&str]| -> Result<(), String> {
@@ -964,11 +982,20 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
             let prefix = text_value(raw.prefix, "prefix")?;
             let driver = match kind {
                 DriverKind::Memory => {
-                    check_allowed(&what, &["driver", "world_id"])?;
+                    check_allowed(&what, &["driver", "world_id", "simulate_latency"])?;
                     BucketDriver::Memory
                 }
                 DriverKind::File => {
-                    check_allowed(&what, &["driver", "world_id", "location", "prefix"])?;
+                    check_allowed(
+                        &what,
+                        &[
+                            "driver",
+                            "world_id",
+                            "location",
+                            "prefix",
+                            "simulate_latency",
+                        ],
+                    )?;
                     let location = raw
                         .location
                         .ok_or_else(|| required("location", &what, &anchor))?;
@@ -981,7 +1008,13 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
                     check_allowed(
                         &what,
                         &[
-                            "driver", "world_id", "bucket", "prefix", "endpoint", "region",
+                            "driver",
+                            "world_id",
+                            "bucket",
+                            "prefix",
+                            "endpoint",
+                            "region",
+                            "simulate_latency",
                         ],
                     )?;
                     BucketDriver::S3 {
@@ -994,7 +1027,14 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
                 DriverKind::Gcs => {
                     check_allowed(
                         &what,
-                        &["driver", "world_id", "bucket", "prefix", "endpoint"],
+                        &[
+                            "driver",
+                            "world_id",
+                            "bucket",
+                            "prefix",
+                            "endpoint",
+                            "simulate_latency",
+                        ],
                     )?;
                     BucketDriver::Gcs {
                         bucket: bucket.ok_or_else(|| required("bucket", &what, &anchor))?,
@@ -1006,6 +1046,7 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
             Ok(BackendConfig::Bucket {
                 driver,
                 world_id: raw.world_id.map(Spanned::into_inner),
+                simulate_latency: raw.simulate_latency.map(Spanned::into_inner),
             })
         }
     }
@@ -1146,7 +1187,8 @@ root = "./notes"
                     location: PathBuf::from("./data"),
                     prefix: None
                 },
-                world_id: None
+                world_id: None,
+                simulate_latency: None,
             }
         );
         assert_eq!(
@@ -1224,6 +1266,7 @@ root = "./notes"
                     region: Some("us-east-1".into()),
                 },
                 world_id: Some(WorldId::parse("2f0c1d2e-aaaa-bbbb-cccc-0123456789ab").unwrap()),
+                simulate_latency: None,
             }
         );
         assert_eq!(docs.auth.tokens_file, Some(PathBuf::from("tokens.toml")));
@@ -1301,7 +1344,8 @@ root = "./notes"
                 config.worlds[0].backend,
                 BackendConfig::Bucket {
                     driver,
-                    world_id: None
+                    world_id: None,
+                    simulate_latency: None,
                 },
                 "{body}"
             );
@@ -1727,7 +1771,8 @@ root = "./notes"
                     location: PathBuf::from("/srv/./data"),
                     prefix: None
                 },
-                world_id: None
+                world_id: None,
+                simulate_latency: None,
             }
         );
 
@@ -1756,6 +1801,28 @@ root = "./notes"
         for bad in ["", "a/b", "a:b", &"a".repeat(65)] {
             assert!(WorldId::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_bucket_world_may_name_a_simulated_latency_for_benchmarks() {
+        let world = |extra: &str| {
+            format!(
+                "[[worlds]]\nname = \"w\"\n\n[worlds.backend]\nkind = \"bucket\"\ndriver = \"s3\"\nbucket = \"b\"\n{extra}"
+            )
+        };
+        let config = parse(&world("simulate_latency = \"real-gcs\"\n")).unwrap();
+        assert!(matches!(
+            config.worlds[0].backend,
+            BackendConfig::Bucket {
+                simulate_latency: Some(SimulatedLatency::RealGcs),
+                ..
+            }
+        ));
+        let error = parse(&world("simulate_latency = \"lunar\"\n")).expect_err("unknown");
+        assert!(error.detail().contains("real-gcs"), "{error}");
+        let file = "[[worlds]]\nname = \"w\"\n\n[worlds.backend]\nkind = \"file\"\nroot = \"/n\"\nsimulate_latency = \"real-gcs\"\n";
+        let error = parse(file).expect_err("a file backend has no bucket");
+        assert!(error.detail().contains("simulate_latency"), "{error}");
     }
 
     #[test]

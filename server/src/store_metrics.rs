@@ -8,6 +8,9 @@
 //! | `quire_commit_slots_won_total` | slot creates won | `world` |
 //! | `quire_commit_slot_races_lost_total` | slot races lost to another store | `world` |
 //! | `quire_commit_members_rebuilt_total` | writes rebuilt after a lost race | `world` |
+//! | `quire_commit_yields_total` | pauses after wins while a peer was active | `world` |
+//! | `quire_commit_handoffs_total` | creates held for a peer that lost a slot to us | `world` |
+//! | `quire_commit_listening_pauses_total` | names left free by a store seeing no peer | `world` |
 //! | `quire_blob_requests_total` | blob requests | `world`, `op` |
 //! | `quire_blob_request_failures_total` | failed blob requests | `world`, `op` |
 //! | `quire_blob_bytes_total` | blob bytes sent (`up`) and received (`down`) | `world`, `direction` |
@@ -144,6 +147,24 @@ impl Collector for StoreCollector {
             "quire_commit_members_rebuilt",
             "Writes rebuilt after a lost slot race, by world",
             &series(|c| c.members_rebuilt),
+        )?;
+        counters(
+            &mut encoder,
+            "quire_commit_yields",
+            "Pauses after slot wins while another store was active, by world",
+            &series(|c| c.yields),
+        )?;
+        counters(
+            &mut encoder,
+            "quire_commit_handoffs",
+            "Slot creates held back for a peer that lost a slot to this server, by world",
+            &series(|c| c.handoffs),
+        )?;
+        counters(
+            &mut encoder,
+            "quire_commit_listening_pauses",
+            "Slot names left free by a busy server that saw no other store, by world",
+            &series(|c| c.listening_pauses),
         )?;
 
         let blobs: Vec<_> = stats

@@ -12,13 +12,13 @@ use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::changes::DEFAULT_RING;
 use quire_backend::file::{FileOptions, FileStore};
 use quire_backend::{Follower, SearchOptions, Store};
-use quire_blob::BlobStore;
 use quire_blob::file::FileStore as FileBlobs;
 use quire_blob::gcs::{GcsAuth, GcsConfig, GcsStore};
 use quire_blob::memory::MemoryStore;
 use quire_blob::s3::{S3Config, S3Store};
+use quire_blob::{BlobStore, Simulated};
 
-use crate::config::{BackendConfig, BucketDriver, WorldConfig};
+use crate::config::{BackendConfig, BucketDriver, SimulatedLatency, WorldConfig};
 use crate::peers::Peers;
 use crate::worlds::{OpenError, StoreFactory};
 
@@ -67,7 +67,11 @@ async fn open_world(
                     .map_err(|error| fail(&error))?;
                 Ok(Arc::new(store))
             }
-            BackendConfig::Bucket { driver, world_id } => {
+            BackendConfig::Bucket {
+                driver,
+                world_id,
+                simulate_latency,
+            } => {
                 let expected = match world_id {
                     None => None,
                     Some(id) => Some(quire_log::WorldId::parse(id.as_str()).ok_or_else(|| {
@@ -78,6 +82,10 @@ async fn open_world(
                     })?),
                 };
                 let (blobs, prefix) = blob_store(driver).await.map_err(|error| fail(&error))?;
+                let blobs = match simulate_latency {
+                    None => blobs,
+                    Some(profile) => simulated(blobs, *profile),
+                };
                 // The world id is known once the store opened; nothing commits before.
                 let world_id: Arc<OnceLock<String>> = Arc::default();
                 let on_committed = peers.map(|peers| {
@@ -115,6 +123,14 @@ async fn open_world(
                 Ok(store)
             }
         }
+    }
+}
+
+/// A benchmark's bucket: `blobs` behind the named latency profile, seeded per process.
+fn simulated(blobs: Arc<dyn BlobStore>, profile: SimulatedLatency) -> Arc<dyn BlobStore> {
+    let seed = u64::from(std::process::id());
+    match profile {
+        SimulatedLatency::RealGcs => Arc::new(Simulated::real_gcs(blobs, seed)),
     }
 }
 

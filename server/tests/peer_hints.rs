@@ -18,7 +18,7 @@ use quire_server::peers::listener;
 use quire_server::peers::sender::{self, SenderSettings};
 use quire_server::peers::{
     ALPN_PEER, Peers, RECEIVED_FOLLOWED, RECEIVED_FOREIGN_CERTIFICATE, RECEIVED_MALFORMED,
-    RECEIVED_UNKNOWN_WORLD, ReplicaIdentity, SENT_DELIVERED, SENT_FAILED,
+    RECEIVED_UNKNOWN_VERSION, RECEIVED_UNKNOWN_WORLD, ReplicaIdentity, SENT_DELIVERED, SENT_FAILED,
 };
 use reqwest::StatusCode;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -176,8 +176,8 @@ async fn hints_reported_while_a_send_is_in_flight_coalesce_into_the_newest() {
     assert_eq!(
         received,
         [
-            format!("commit {WORLD} 1\n"),
-            format!("commit {WORLD} 10\n")
+            format!("v1 commit {WORLD} 1\n"),
+            format!("v1 commit {WORLD} 10\n")
         ]
     );
     eventually("the second hint to be acknowledged", || {
@@ -210,9 +210,13 @@ async fn unknown_worlds_and_malformed_hints_are_dropped_and_counted() {
         .await
         .unwrap();
     for junk in [
-        b"commit nope\n".to_vec(),
+        b"v1 commit nope\n".to_vec(),
         vec![b'x'; 1000],
-        format!("commit {WORLD} 0\n").into_bytes(),
+        format!("v1 commit {WORLD} 0\n").into_bytes(),
+        // A hint without a version (the format before versions).
+        format!("commit {WORLD} 4\n").into_bytes(),
+        // A later format this replica does not read.
+        format!("v2 commit {WORLD} 4\n").into_bytes(),
     ] {
         let mut stream = connection.open_uni().await.unwrap();
         // An over-long stream may be stopped by the listener before it is all written.
@@ -220,9 +224,16 @@ async fn unknown_worlds_and_malformed_hints_are_dropped_and_counted() {
         let _ = stream.finish();
         let _ = stream.stopped().await;
     }
-    eventually("three malformed hints to be counted", || {
-        b.peers.counters().count("received", RECEIVED_MALFORMED) == 3
-    })
+    eventually(
+        "four malformed hints and one of an unknown version to be counted",
+        || {
+            b.peers.counters().count("received", RECEIVED_MALFORMED) == 4
+                && b.peers
+                    .counters()
+                    .count("received", RECEIVED_UNKNOWN_VERSION)
+                    == 1
+        },
+    )
     .await;
     assert!(b.followed.try_recv().is_err(), "nothing was followed");
     assert_eq!(b.peers.counters().count("received", RECEIVED_FOLLOWED), 0);
@@ -305,7 +316,7 @@ async fn foreign_certificates_are_refused_on_both_ends() {
         let sent = async {
             let mut stream = connection.open_uni().await?;
             stream
-                .write_all(format!("commit {WORLD} 4\n").as_bytes())
+                .write_all(format!("v1 commit {WORLD} 4\n").as_bytes())
                 .await?;
             stream.finish()?;
             stream.stopped().await?;
@@ -496,7 +507,22 @@ async fn hints_counted(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hint_brings_a_write_to_a_watcher_on_the_other_process_before_its_poll() {
     let dir = tempfile::tempdir().unwrap();
-    write_identity(dir.path(), "replica");
+    // The replica certificate as an operator makes it.
+    let generated = Command::new(env!("CARGO_BIN_EXE_quire"))
+        .args(["peers", "cert"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(generated.status.success(), "{generated:?}");
+    let again = Command::new(env!("CARGO_BIN_EXE_quire"))
+        .args(["peers", "cert"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        !again.status.success(),
+        "quire peers cert overwrote the replica certificate"
+    );
     let secret = TokenSecret::generate().unwrap();
     let entry = TokenEntrySpec {
         hash: secret.hash().to_string(),

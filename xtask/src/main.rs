@@ -5,8 +5,9 @@
 //!   against them, then the conformance table.
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
-//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, `cost`, `flood`, `writes`, or
-//!   `all`), in the release profile.
+//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, `cost`, `flood`, `writes`,
+//!   `replicas`, or `all`), in the release profile. `replicas` runs on the local S3 server,
+//!   started for it unless the environment already names one.
 //! - `gate`: the reliability gate at full size, in the release profile (its short form runs
 //!   with the tests).
 
@@ -44,7 +45,9 @@ enum Task {
     /// markdown on the file driver), `cost` (what a write costs in bucket requests and
     /// bytes on simulated GCS), `flood` (a real server's memory and a normal client's
     /// latency under a flood of slow connections), `writes` (writes/s one client and several
-    /// get from the embedded default), or `all`. Arguments after `--` go to the
+    /// get from the embedded default), `replicas` (several real processes on one world of
+    /// the local S3 server, peers of each other, under an open-loop load), or `all`.
+    /// Arguments after `--` go to the
     /// benchmark (e.g. `cargo xtask bench coldstart -- --docs 100000`).
     Bench {
         #[arg(value_enum, default_value = "all")]
@@ -62,6 +65,7 @@ enum Bench {
     Cost,
     Flood,
     Writes,
+    Replicas,
     All,
 }
 
@@ -73,15 +77,35 @@ const BENCHES: &[(Bench, &str, &str)] = &[
     (Bench::Cost, "quire-checkpoint", "cost"),
     (Bench::Flood, "quire-server", "flood"),
     (Bench::Writes, "quire-server", "writes"),
+    (Bench::Replicas, "quire-server", "replicas"),
 ];
 
-fn bench(which: Bench, args: &[String]) -> Result<()> {
+/// The benchmarks that need the local S3 server.
+const ON_S3: &[Bench] = &[Bench::Replicas];
+
+async fn bench(which: Bench, args: &[String]) -> Result<()> {
+    // Started once, for the benchmarks that need it, unless one is already configured.
+    let mut s3: Option<(tempfile::TempDir, servers::Server)> = None;
     for &(name, package, target) in BENCHES {
         if which != Bench::All && which != name {
             continue;
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
+        let mut command = Command::new(cargo);
+        if ON_S3.contains(&name) && std::env::var_os("QUIRE_TEST_S3_ENDPOINT").is_none() {
+            if s3.is_none() {
+                let scratch = tempfile::Builder::new()
+                    .prefix("quire-servers-")
+                    .tempdir()
+                    .context("creating a scratch directory")?;
+                let server = servers::seaweedfs::start(scratch.path()).await?;
+                s3 = Some((scratch, server));
+            }
+            if let Some((_, server)) = &s3 {
+                command.envs(server.env.iter().map(|(k, v)| (k, v)));
+            }
+        }
+        let status = command
             .current_dir(servers::project_root())
             .args(["bench", "-p", package, "--bench", target, "--"])
             .args(args)
@@ -98,7 +122,7 @@ fn bench(which: Bench, args: &[String]) -> Result<()> {
 async fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Test => test().await,
-        Task::Bench { which, args } => bench(which, &args),
+        Task::Bench { which, args } => bench(which, &args).await,
         Task::Gate(args) => gate::run(&args),
         Task::Conformance => {
             let (scratch, servers) = start_servers().await?;

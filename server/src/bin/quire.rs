@@ -1,5 +1,5 @@
 //! The `quire` command: `serve` runs the knowledge server, `token new` makes a capability
-//! token, `world` verifies, exports or imports a configured world, and the client verbs talk
+//! token, `peers cert` makes the replica certificate peer hints use, `world` verifies, exports or imports a configured world, and the client verbs talk
 //! to a server over the Mark protocol on QUIC (`mark://` URLs) or over its HTTP gateway
 //! (`http://` URLs); `mcp` serves the Model Context Protocol on standard input and output
 //! for an LLM agent, over either.
@@ -53,6 +53,11 @@ enum Command {
     Token {
         #[command(subcommand)]
         command: TokenCommand,
+    },
+    /// Peer hints between replicas (`[peers]`).
+    Peers {
+        #[command(subcommand)]
+        command: PeersCommand,
     },
     /// Read a document, a pinned version (`/doc.md/vN`) or a directory.
     Fetch(Target),
@@ -135,6 +140,18 @@ enum TokenCommand {
         /// `publish` and/or `read`.
         #[arg(long = "operation", default_values_t = ["publish".to_owned()])]
         operations: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PeersCommand {
+    /// Generate the replica certificate and key every replica shares (copy both files to
+    /// each and name them in `[peers] cert` and `key`). Refuses to overwrite either file.
+    Cert {
+        #[arg(long, default_value = "replica-cert.pem")]
+        cert: PathBuf,
+        #[arg(long, default_value = "replica-key.pem")]
+        key: PathBuf,
     },
 }
 
@@ -228,6 +245,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { config, http, quic } => serve(config, http, quic).await,
         Command::Token { command } => token(command),
+        Command::Peers {
+            command: PeersCommand::Cert { cert, key },
+        } => {
+            quire_server::peers::identity::generate(&cert, &key)?;
+            println!(
+                "wrote the replica certificate {} and its key {}; copy both to every replica",
+                cert.display(),
+                key.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::World { command } => world_tools::run(command, &wiring::Backends).await,
         Command::Fetch(target) => call(reqwest::Method::GET, &target, &[], None, None).await,
         Command::List {

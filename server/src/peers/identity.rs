@@ -32,6 +32,50 @@ impl fmt::Debug for ReplicaIdentity {
     }
 }
 
+/// The name inside a generated replica certificate (senders ask for it; the certificate is
+/// pinned, so it is never checked).
+pub const REPLICA_NAME: &str = "quire-peer";
+
+/// Generates a replica certificate (self-signed, ECDSA P-256) and its key as PEM files at
+/// `cert` and `key`, the key readable by its owner only (`quire peers cert`). Copy both to
+/// every replica. Refuses to overwrite either file.
+pub fn generate(cert: &Path, key: &Path) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let key_pair = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(vec![REPLICA_NAME.to_owned()])?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "quire replica certificate");
+    let certificate = params.self_signed(&key_pair)?;
+    let create = |path: &Path, private: bool| -> anyhow::Result<std::fs::File> {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        if private {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        #[cfg(not(unix))]
+        let _ = private;
+        options
+            .open(path)
+            .map_err(|error| anyhow::anyhow!("creating {}: {error}", path.display()))
+    };
+    for path in [cert, key] {
+        if path.exists() {
+            anyhow::bail!("{} exists; not overwriting it", path.display());
+        }
+    }
+    let mut key_file = create(key, true)?;
+    key_file.write_all(key_pair.serialize_pem().as_bytes())?;
+    key_file.sync_all()?;
+    let mut cert_file = create(cert, false)?;
+    cert_file.write_all(certificate.pem().as_bytes())?;
+    cert_file.sync_all()?;
+    Ok(())
+}
+
 impl ReplicaIdentity {
     /// The PEM certificate (leaf first) and PEM key shared by every replica.
     pub fn from_files(cert: &Path, key: &Path) -> Result<ReplicaIdentity, Error> {
@@ -237,5 +281,33 @@ impl ServerCertVerifier for OnlyReplica {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_replica_certificate_loads_and_is_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        generate(&cert, &key).unwrap();
+        let identity = ReplicaIdentity::from_files(&cert, &key).unwrap();
+        identity.client_config().unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "the key is its owner's only");
+        }
+        let before = std::fs::read(&cert).unwrap();
+        let error = generate(&cert, &key).unwrap_err();
+        assert!(error.to_string().contains("exists"), "{error}");
+        assert_eq!(std::fs::read(&cert).unwrap(), before);
+        // Another pair is another identity: its certificate differs.
+        let (cert2, key2) = (dir.path().join("c2.pem"), dir.path().join("k2.pem"));
+        generate(&cert2, &key2).unwrap();
+        assert_ne!(std::fs::read(&cert2).unwrap(), before);
     }
 }

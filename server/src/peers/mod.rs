@@ -5,7 +5,9 @@
 //!
 //! - **Wire.** A QUIC listener of its own (`[peers] listen`), ALPN `mark-peer`, TLS 1.3 with
 //!   a client certificate required. One unidirectional stream per hint carrying one line,
-//!   `commit <world id> <sequence>\n` (at most [`MAX_HINT_BYTES`]), and nothing else.
+//!   `v1 commit <world id> <sequence>\n` (at most [`MAX_HINT_BYTES`]), and nothing else.
+//!   The line opens with the format's version ([`HINT_VERSION`]); a hint of another version
+//!   is dropped and counted, so the format can change while replicas of both kinds run.
 //! - **Identity** ([`identity`]): every replica presents the one replica certificate and
 //!   accepts only it, on both ends.
 //! - **Sending** ([`sender`]): after each commit its store reports ([`Peers::committed`]), the
@@ -16,7 +18,7 @@
 //!   this replica's own listener.
 //! - **Receiving** ([`listener`]): a hint goes to its world's follower
 //!   ([`quire_backend::Follower::follow`]) and nothing else; an unknown world, a malformed
-//!   hint or a foreign certificate is dropped and counted (`quire_peer_hints_total` in
+//!   hint, a hint of an unknown version or a foreign certificate is dropped and counted (`quire_peer_hints_total` in
 //!   /metrics).
 
 pub mod identity;
@@ -41,34 +43,70 @@ pub const MAX_HINT_BYTES: usize = 256;
 /// The longest world id a hint may carry.
 pub const MAX_WORLD_ID: usize = 64;
 
+/// The hint format this replica writes and reads. A hint opens with its version (`v1`), so
+/// the format can grow: a replica drops (and counts) a hint of a version it does not know,
+/// and a newer replica keeps sending versions its older peers read while they remain.
+pub const HINT_VERSION: u32 = 1;
+
 /// Encodes a hint line.
 pub fn encode_hint(world: &str, sequence: u64) -> String {
-    format!("commit {world} {sequence}\n")
+    format!("v{HINT_VERSION} commit {world} {sequence}\n")
 }
 
-/// Parses a hint line: `commit <world id> <sequence>\n`, the world id 1..=64 characters of
-/// `[0-9a-z-]`, the sequence a decimal number ≥ 1 without leading zeros.
-pub fn parse_hint(bytes: &[u8]) -> Option<(&str, u64)> {
+/// Why a received hint was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintError {
+    /// Not a hint of any version.
+    Malformed,
+    /// A well-formed version this replica does not read.
+    UnknownVersion,
+}
+
+/// A decimal number ≥ 1 of at most `max_digits` digits without leading zeros.
+fn positive_decimal(text: &str, max_digits: usize) -> Option<u64> {
+    let ok = !text.is_empty()
+        && text.len() <= max_digits
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && !text.starts_with('0');
+    if ok { text.parse().ok() } else { None }
+}
+
+/// Parses a hint: `v<version> ` then, for version 1, `commit <world id> <sequence>\n`, the
+/// world id 1..=64 characters of `[0-9a-z-]`, the sequence a decimal number ≥ 1 without
+/// leading zeros; at most [`MAX_HINT_BYTES`] bytes. The version is a decimal number ≥ 1
+/// without leading zeros; any other version is [`HintError::UnknownVersion`], whatever
+/// follows it.
+pub fn parse_hint(bytes: &[u8]) -> Result<(&str, u64), HintError> {
     if bytes.len() > MAX_HINT_BYTES {
-        return None;
+        return Err(HintError::Malformed);
     }
-    let line = std::str::from_utf8(bytes).ok()?.strip_suffix('\n')?;
-    let rest = line.strip_prefix("commit ")?;
-    let (world, sequence) = rest.split_once(' ')?;
+    let version = bytes
+        .strip_prefix(b"v")
+        .and_then(|rest| rest.split(|b| *b == b' ').next())
+        .and_then(|digits| std::str::from_utf8(digits).ok())
+        .and_then(|digits| positive_decimal(digits, 9))
+        .ok_or(HintError::Malformed)?;
+    if version != u64::from(HINT_VERSION) {
+        return Err(HintError::UnknownVersion);
+    }
+    let line = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| text.strip_suffix('\n'))
+        .ok_or(HintError::Malformed)?;
+    let rest = line
+        .strip_prefix(&format!("v{HINT_VERSION} commit "))
+        .ok_or(HintError::Malformed)?;
+    let (world, sequence) = rest.split_once(' ').ok_or(HintError::Malformed)?;
     let world_ok = !world.is_empty()
         && world.len() <= MAX_WORLD_ID
         && world
             .bytes()
             .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'-');
-    let digits_ok = !sequence.is_empty()
-        && sequence.len() <= 20
-        && sequence.bytes().all(|b| b.is_ascii_digit())
-        && !sequence.starts_with('0');
-    if !world_ok || !digits_ok {
-        return None;
+    if !world_ok {
+        return Err(HintError::Malformed);
     }
-    let sequence: u64 = sequence.parse().ok()?;
-    Some((world, sequence))
+    let sequence = positive_decimal(sequence, 20).ok_or(HintError::Malformed)?;
+    Ok((world, sequence))
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -87,6 +125,7 @@ pub struct PeerCounters {
 pub const RECEIVED_FOLLOWED: &str = "followed";
 pub const RECEIVED_UNKNOWN_WORLD: &str = "unknown_world";
 pub const RECEIVED_MALFORMED: &str = "malformed";
+pub const RECEIVED_UNKNOWN_VERSION: &str = "unknown_version";
 pub const RECEIVED_FOREIGN_CERTIFICATE: &str = "foreign_certificate";
 /// Outcomes of a sent hint.
 pub const SENT_DELIVERED: &str = "delivered";
@@ -164,6 +203,7 @@ pub enum Received {
     Followed,
     UnknownWorld,
     Malformed,
+    UnknownVersion,
 }
 
 impl Peers {
@@ -232,8 +272,9 @@ impl Peers {
     /// Hands one received hint to its world's follower, counting the outcome.
     pub fn deliver(&self, bytes: &[u8]) -> Received {
         let received = match parse_hint(bytes) {
-            None => Received::Malformed,
-            Some((world, sequence)) => {
+            Err(HintError::Malformed) => Received::Malformed,
+            Err(HintError::UnknownVersion) => Received::UnknownVersion,
+            Ok((world, sequence)) => {
                 let follow = self
                     .followers
                     .read()
@@ -253,6 +294,7 @@ impl Peers {
             Received::Followed => RECEIVED_FOLLOWED,
             Received::UnknownWorld => RECEIVED_UNKNOWN_WORLD,
             Received::Malformed => RECEIVED_MALFORMED,
+            Received::UnknownVersion => RECEIVED_UNKNOWN_VERSION,
         });
         received
     }
@@ -265,27 +307,57 @@ mod tests {
     #[test]
     fn hints_parse_strictly() {
         let world = "2f0c6a1e-0000-4000-8000-000000000001";
+        assert_eq!(encode_hint(world, 42), format!("v1 commit {world} 42\n"));
         assert_eq!(
             parse_hint(encode_hint(world, 42).as_bytes()),
-            Some((world, 42))
+            Ok((world, 42))
         );
         for bad in [
-            "commit w 0\n",
-            "commit w 01\n",
-            "commit w 1",
-            "commit  1\n",
-            "commit W 1\n",
-            "commit w 1 2\n",
-            "commit w +1\n",
-            "commit w 99999999999999999999\n",
-            "hint w 1\n",
-            "commit w 1\n\n",
+            "v1 commit w 0\n",
+            "v1 commit w 01\n",
+            "v1 commit w 1",
+            "v1 commit  1\n",
+            "v1 commit W 1\n",
+            "v1 commit w 1 2\n",
+            "v1 commit w +1\n",
+            "v1 commit w 99999999999999999999\n",
+            "v1 hint w 1\n",
+            "v1 commit w 1\n\n",
+            "v1commit w 1\n",
+            "commit w 1\n",
+            "v01 commit w 1\n",
+            "v0 commit w 1\n",
+            "v commit w 1\n",
+            "v1x commit w 1\n",
+            "V1 commit w 1\n",
+            "",
         ] {
-            assert_eq!(parse_hint(bad.as_bytes()), None, "{bad:?}");
+            assert_eq!(
+                parse_hint(bad.as_bytes()),
+                Err(HintError::Malformed),
+                "{bad:?}"
+            );
         }
-        let long = format!("commit {} 1\n", "a".repeat(65));
-        assert_eq!(parse_hint(long.as_bytes()), None);
-        assert_eq!(parse_hint(&[0xff, b'\n']), None);
+        let long = format!("v1 commit {} 1\n", "a".repeat(65));
+        assert_eq!(parse_hint(long.as_bytes()), Err(HintError::Malformed));
+        assert_eq!(
+            parse_hint(&[b'v', b'1', b' ', 0xff, b'\n']),
+            Err(HintError::Malformed)
+        );
+        // A later format: its version is read, whatever follows.
+        for newer in [
+            "v2 commit w 1\n".as_bytes(),
+            b"v2 something else entirely",
+            b"v999999999 \xff",
+        ] {
+            assert_eq!(
+                parse_hint(newer),
+                Err(HintError::UnknownVersion),
+                "{newer:?}"
+            );
+        }
+        let too_long = format!("v2 {}", "x".repeat(MAX_HINT_BYTES));
+        assert_eq!(parse_hint(too_long.as_bytes()), Err(HintError::Malformed));
     }
 
     #[test]
@@ -318,13 +390,15 @@ mod tests {
             "w".into(),
             Arc::new(move |s| record.lock().unwrap().push(s)),
         );
-        assert_eq!(peers.deliver(b"commit w 7\n"), Received::Followed);
-        assert_eq!(peers.deliver(b"commit x 7\n"), Received::UnknownWorld);
-        assert_eq!(peers.deliver(b"commit w x\n"), Received::Malformed);
+        assert_eq!(peers.deliver(b"v1 commit w 7\n"), Received::Followed);
+        assert_eq!(peers.deliver(b"v1 commit x 7\n"), Received::UnknownWorld);
+        assert_eq!(peers.deliver(b"v1 commit w x\n"), Received::Malformed);
+        assert_eq!(peers.deliver(b"v2 commit w 8\n"), Received::UnknownVersion);
         assert_eq!(*seen.lock().unwrap(), vec![7]);
         let counters = peers.counters();
         assert_eq!(counters.count("received", RECEIVED_FOLLOWED), 1);
         assert_eq!(counters.count("received", RECEIVED_UNKNOWN_WORLD), 1);
         assert_eq!(counters.count("received", RECEIVED_MALFORMED), 1);
+        assert_eq!(counters.count("received", RECEIVED_UNKNOWN_VERSION), 1);
     }
 }
