@@ -370,8 +370,8 @@ async fn stats_count_slots_and_blob_traffic_and_current_reads_no_bytes() {
         (doc.etag, doc.content_hash),
         (current.etag, current.body_hash)
     );
-    // The body is in a slot this store wrote, still in memory.
-    assert_eq!(store.stats().blobs.unwrap().since(&before).bytes_down, 0);
+    // The body is read where it is stored, though this store wrote it.
+    assert!(store.stats().blobs.unwrap().since(&before).bytes_down > 0);
     view.close();
     // A store opened after the write downloads it.
     let other = BucketStore::open(blobs, options("w/")).await.unwrap();
