@@ -138,6 +138,23 @@ impl ChangeHub {
             .collect())
     }
 
+    /// The newest change `shown` admits, else the oldest sequence a reader can still resume
+    /// from (the ring's floor). A cursor for a reader who may not see every change: it
+    /// never counts the changes hidden from that reader, and resuming from it replays only
+    /// changes that are hidden again.
+    pub fn newest_shown(&self, shown: impl Fn(&ChangeEvent) -> bool) -> u64 {
+        // Cloned out so the checks run without holding the ring against publishers.
+        let (floor, events) = {
+            let ring = self.ring();
+            (ring.floor, ring.events.clone())
+        };
+        events
+            .iter()
+            .rev()
+            .find(|event| shown(event))
+            .map_or(floor, |event| event.sequence)
+    }
+
     /// Follows the head (wakes on every publish).
     pub fn watch_head(&self) -> watch::Receiver<u64> {
         self.heads.subscribe()

@@ -3,7 +3,8 @@
 //! [`open_watch`] runs the checks a WATCH answers with an ordinary response (`..` segment,
 //! admission, no change feed, content-addressed path, `coalesce`, `since`, read auth on the
 //! scope); past them it returns a [`Watch`] whose blocks are already encoded. The first block
-//! is the acknowledgement (`status: ok` with the head, or the client's `since` on a resume)
+//! is the acknowledgement (`status: ok` with the newest change the caller may read, or the
+//! client's `since` on a resume)
 //! or a lone `resync` when the feed cannot resume there. Then come event blocks in commit
 //! order, a heartbeat (`status: ok` with the cursor) after [`HEARTBEAT`] without a block,
 //! and at most one terminal: `resync` (the ring was lapped), `closing` (the store closed or
@@ -154,6 +155,7 @@ pub async fn open_watch(
         secret,
         coalesce,
         position: head,
+        // Set below: the caller may not count changes it cannot read.
         shown_position: head,
         ready: VecDeque::new(),
         heads,
@@ -166,14 +168,17 @@ pub async fn open_watch(
         _slots: (world_slot, connection_slot),
     };
     match since {
-        None => watch.ready.push_back(watch.control(Status::Ok)),
+        None => {
+            watch.shown_position = watch.newest_readable();
+            watch.ready.push_back(watch.control(Status::Ok));
+        }
         Some(since) => match watch.resume(&since).await {
             Ok(()) => {
                 watch.position = since.sequence;
                 watch.shown_position = since.sequence;
                 watch.ready.push_back(watch.control(Status::Ok));
             }
-            Err(Resync { head }) => watch.finish_at(Status::Resync, head),
+            Err(Resync { .. }) => watch.resync(),
         },
     }
     Ok(watch)
@@ -321,6 +326,24 @@ impl Watch {
         self.finish_at(status, self.shown_position);
     }
 
+    /// Ends the watch with `resync` at the newest change the caller may read (not the
+    /// head, which would count hidden changes): the client re-reads and resumes there.
+    fn resync(&mut self) {
+        let sequence = self.newest_readable();
+        self.finish_at(Status::Resync, sequence);
+    }
+
+    /// The newest change in the hub's ring the caller may read, else the ring's floor.
+    fn newest_readable(&self) -> u64 {
+        let now = SystemTime::now();
+        self.hub.newest_shown(|event| {
+            self.world
+                .auth
+                .authorize_read(self.secret.as_deref(), event.path.as_str(), now)
+                .is_ok()
+        })
+    }
+
     /// Moves the watch on by one step: queues the changes after the position, or a
     /// terminal, or waits for a change, a close, the drain or the heartbeat.
     async fn pump(&mut self) {
@@ -329,7 +352,7 @@ impl Watch {
         }
         self.heads.borrow_and_update();
         match self.hub.since(self.position) {
-            Err(Resync { head }) => return self.finish_at(Status::Resync, head),
+            Err(Resync { .. }) => return self.resync(),
             Ok(events) if !events.is_empty() => return self.queue(events),
             Ok(_) => {}
         }
@@ -917,6 +940,45 @@ mod tests {
         assert_eq!(
             next_described(&mut anonymous, base).await.as_deref(),
             Some("ok @2")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opening_or_resyncing_a_watch_does_not_count_changes_hidden_from_the_caller() {
+        let world = bucket_world().await;
+        let base = hub(&world).head();
+        write(&world, Verb::Publish, "/public.md", "p").await;
+        write(&world, Verb::Publish, "/private/secret.md", "s").await;
+        write(&world, Verb::Publish, "/private/secret.md", "t").await;
+        published(&world, base + 3).await;
+        let first = |watch: Watch| async move {
+            let mut watch = watch;
+            next_described(&mut watch, base).await
+        };
+        // A protected write and no write at all look the same to an anonymous watcher.
+        let anonymous = open(&world, "/", &[]).await.unwrap();
+        assert_eq!(first(anonymous).await.as_deref(), Some("ok @1"));
+        let reader = open(&world, "/", &[("auth", READER)]).await.unwrap();
+        assert_eq!(first(reader).await.as_deref(), Some("ok @3"));
+        // A cursor from elsewhere is answered resync at the same place.
+        let foreign = [("since", "other-epoch:2")];
+        let anonymous = open(&world, "/", &foreign).await.unwrap();
+        assert_eq!(first(anonymous).await.as_deref(), Some("resync @1"));
+        let with_reader = [("since", "other-epoch:2"), ("auth", READER)];
+        let reader = open(&world, "/", &with_reader).await.unwrap();
+        assert_eq!(first(reader).await.as_deref(), Some("resync @3"));
+        // Resuming from the anonymous cursor replays only the hidden changes, skipped again.
+        let since = format!("{}:{}", hub(&world).epoch(), base + 1);
+        let mut resumed = open(&world, "/", &[("since", &since)]).await.unwrap();
+        write(&world, Verb::Publish, "/public.md", "q").await;
+        published(&world, base + 4).await;
+        assert_eq!(
+            next_described(&mut resumed, base).await.as_deref(),
+            Some("ok @1")
+        );
+        assert_eq!(
+            next_described(&mut resumed, base).await.as_deref(),
+            Some("publish /public.md v2 @4")
         );
     }
 
