@@ -374,6 +374,7 @@ fn entry_key(doc: &DocState) -> EntryKey {
         body_hash: doc.body_hash,
         title: doc.catalog.title().to_owned(),
         tags: doc.catalog.tags().map(str::to_owned).collect(),
+        importance: doc.catalog.importance(),
     }
 }
 

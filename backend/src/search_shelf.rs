@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use quire_blob::BlobStore;
-use quire_index::{Export, Import, SectionStore};
+use quire_index::{Export, Import, ImportFile, SectionStore};
 use quire_log::Hash;
 use serde::{Deserialize, Serialize};
 
@@ -38,8 +38,9 @@ pub const SEARCH_DIR: &str = "search/v1/";
 pub const PART_BYTES: usize = 4 << 20;
 /// Parts moved at once.
 const PARALLEL: usize = 16;
-/// The manifest format this release writes and reads.
-const FORMAT: u32 = 1;
+/// The manifest format this release writes and reads (2: the index schema with stored
+/// priors and positional word runs).
+const FORMAT: u32 = 2;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {
@@ -196,30 +197,59 @@ impl IndexShelf for BucketShelf {
             return Ok(None);
         };
         let manifest = self.read_manifest(&newest.key).await?;
-        for file in &manifest.files {
-            let mut out = into.file(&file.name).map_err(|e| damaged(&newest.key, e))?;
-            let wanted: Vec<(String, String)> = file
-                .parts
-                .iter()
-                .enumerate()
-                .map(|(i, hash)| (self.part_key(&file.name, i), hash.clone()))
-                .collect();
-            let mut parts = futures::stream::iter(wanted)
-                .map(|(key, hash)| self.fetch_part(key, hash))
-                .buffered(PARALLEL);
-            let mut size = 0u64;
-            while let Some(part) = parts.next().await {
-                let part = part?;
-                size += part.len() as u64;
-                out.write(&part).map_err(failed)?;
-            }
+        if manifest.files.iter().any(|f| f.parts.is_empty()) {
+            return Err(damaged(
+                &newest.key,
+                "the manifest names a file of no parts",
+            ));
+        }
+        // Every part of every file in one ordered stream, so small files download in
+        // parallel too; each part is checked as it arrives and written in order.
+        let wanted: Vec<(usize, String, String)> = manifest
+            .files
+            .iter()
+            .enumerate()
+            .flat_map(|(f, file)| {
+                file.parts
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, hash)| (f, self.part_key(&file.name, i), hash.clone()))
+            })
+            .collect();
+        let mut parts = futures::stream::iter(wanted)
+            .map(|(f, key, hash)| async move { (f, self.fetch_part(key, hash).await) })
+            .buffered(PARALLEL);
+        let finish = |f: usize, out: ImportFile, size: u64| -> Result<()> {
+            let file = &manifest.files[f];
             if size != file.size {
                 return Err(damaged(
                     &file.name,
                     "the file has another size than its manifest",
                 ));
             }
-            out.finish().map_err(failed)?;
+            out.finish().map_err(failed)
+        };
+        let mut open: Option<(usize, ImportFile, u64)> = None;
+        while let Some((f, part)) = parts.next().await {
+            let part = part?;
+            let (_, out, size) = match open.take() {
+                Some(current) if current.0 == f => open.insert(current),
+                previous => {
+                    if let Some((prev, out, size)) = previous {
+                        finish(prev, out, size)?;
+                    }
+                    let out = into
+                        .file(&manifest.files[f].name)
+                        .map_err(|e| damaged(&newest.key, e))?;
+                    open.insert((f, out, 0))
+                }
+            };
+            *size += part.len() as u64;
+            out.write(&part).map_err(failed)?;
+        }
+        drop(parts);
+        if let Some((f, out, size)) = open.take() {
+            finish(f, out, size)?;
         }
         let meta = manifest.meta;
         let store = tokio::task::spawn_blocking(move || into.open(&meta))

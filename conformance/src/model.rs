@@ -644,6 +644,7 @@ fn body_lookup(world: &World, query: &CatalogQuery) -> Vec<CatalogMatch> {
             body_hash: Hash::of(v.stored.body.as_bytes()),
             title: derived.title.clone(),
             tags: derived.tags.clone(),
+            importance: derived.importance.clone(),
         };
         catalog.upsert(path, DocCatalog::from(&derived), v.modified);
         sections.upsert(path, key, &v.stored.body);

@@ -69,12 +69,15 @@ pub struct SectionHit {
     pub highlights: Vec<(usize, usize)>,
 }
 
-/// What decides whether a document's index entry is current.
+/// What decides whether a document's index entry is current: what its sections, entry
+/// tokens and prior are made of.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EntryKey {
     pub body_hash: Hash,
     pub title: String,
     pub tags: Vec<String>,
+    /// The catalog's importance (the stored index keeps the prior it gives).
+    pub importance: String,
 }
 
 /// One indexed section.
@@ -859,6 +862,7 @@ mod tests {
                 body_hash: Hash::of(body.as_bytes()),
                 title: catalog.title.clone(),
                 tags: catalog.tags.clone(),
+                importance: catalog.importance.clone(),
             };
             self.catalog
                 .upsert(&path, DocCatalog::from(&catalog), Timestamp(1));

@@ -6,10 +6,15 @@
 //!   directories (for scope), its text tokens with counts, its trail tokens, the document's
 //!   entry tokens (tags and title), the union of text and trail tokens (whose document
 //!   frequency is the df of a term), its exact token count, its number in the document, the
-//!   digest of the document's [`EntryKey`] (what tells whether it is current), and stored
-//!   anchor, heading, text, trail, title and tags (for snippets and phrases). Tokens follow
-//!   [`crate::tokens`]; they hold no whitespace, so they are handed to tantivy joined by
-//!   spaces under its whitespace tokenizer.
+//!   digest of the document's [`EntryKey`] (what tells whether it is current), its prior
+//!   (importance and journal demotion, so a score is final while postings are read), the
+//!   word runs of its text, of its trail (heading by heading) and of the entry (title and
+//!   each tag) with their positions (for phrases), and stored anchor, heading and text (for
+//!   rows and snippets). Tokens follow [`crate::tokens`]; they hold no whitespace, so they
+//!   are handed to tantivy joined by spaces under its whitespace tokenizer.
+//! - **Queries** keep only the best rows while reading postings (the cap and a margin, every
+//!   tie included): only those are named, checked against the catalog and read from the
+//!   store.
 //! - **Commits** carry the sequence of the snapshot the index covers as their payload.
 //! - **Statistics** are tantivy's: a superseded or deleted section still counts in N, the mean
 //!   length and df until a merge drops it (as in any segment index); the match rule never
@@ -39,8 +44,7 @@ use tantivy::{
 };
 
 use crate::body::{
-    self, EntryKey, IndexedDoc, Ranked, Ranking, Source, catalog_score, phrase_in, prior,
-    term_score,
+    self, EntryKey, IndexedDoc, Ranked, Ranking, Source, catalog_score, prior, term_score,
 };
 use crate::catalog::CatalogIndex;
 use crate::query::CatalogQuery;
@@ -48,6 +52,9 @@ use crate::tokens::{self, MAX_PREFIX_EXPANSION, Term};
 
 /// Memory the writer may buffer before it writes a segment.
 const WRITER_BUDGET: usize = 50_000_000;
+/// Bytes of stored sections compressed together: a row reads (and decompresses) one such
+/// block, so small blocks keep a row cheap (tantivy's default is 16 KiB).
+const STORE_BLOCK_BYTES: usize = 4096;
 /// Decompressed stored blocks kept per segment.
 const STORE_CACHE_BLOCKS: usize = 4;
 
@@ -92,15 +99,38 @@ struct Fields {
     trail: Field,
     entry: Field,
     any: Field,
+    text_runs: Field,
+    trail_runs: Field,
+    entry_runs: Field,
     len: Field,
     number: Field,
     key: Field,
+    prior: Field,
     anchor: Field,
     heading: Field,
     stored_text: Field,
-    stored_trail: Field,
-    title: Field,
-    tags: Field,
+}
+
+const POSITIONS: IndexRecordOption = IndexRecordOption::WithFreqsAndPositions;
+
+/// Separates headings (or title and tags) in a runs field, so no phrase spans two: it is no
+/// word run.
+const RUNS_SEPARATOR: &str = "|";
+
+/// The word runs of `parts` (see [`tokens::word_runs`]) in order, each part's apart.
+fn runs_of<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
+    let mut out = String::new();
+    for (i, part) in parts.into_iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+            out.push_str(RUNS_SEPARATOR);
+        }
+        for (_, run) in tokens::word_runs(part) {
+            out.push(' ');
+            out.push_str(&run);
+        }
+    }
+    out
 }
 
 fn tokens_indexing(option: IndexRecordOption) -> TextOptions {
@@ -121,15 +151,16 @@ fn schema() -> (Schema, Fields) {
         trail: b.add_text_field("trail", tokens_indexing(IndexRecordOption::Basic)),
         entry: b.add_text_field("entry", tokens_indexing(IndexRecordOption::Basic)),
         any: b.add_text_field("any", tokens_indexing(IndexRecordOption::Basic)),
+        text_runs: b.add_text_field("text_runs", tokens_indexing(POSITIONS)),
+        trail_runs: b.add_text_field("trail_runs", tokens_indexing(POSITIONS)),
+        entry_runs: b.add_text_field("entry_runs", tokens_indexing(POSITIONS)),
         len: b.add_u64_field("len", FAST),
         number: b.add_u64_field("number", FAST),
         key: b.add_u64_field("key", FAST),
+        prior: b.add_f64_field("prior", FAST),
         anchor: b.add_text_field("anchor", TextOptions::default().set_fast("raw") | STORED),
         heading: b.add_text_field("heading", STORED),
         stored_text: b.add_text_field("stored_text", STORED),
-        stored_trail: b.add_text_field("stored_trail", STORED),
-        title: b.add_text_field("title", STORED),
-        tags: b.add_text_field("tags", STORED),
     };
     (b.build(), fields)
 }
@@ -147,15 +178,16 @@ fn fields_of(schema: &Schema) -> StoreResult<Fields> {
         trail: f("trail")?,
         entry: f("entry")?,
         any: f("any")?,
+        text_runs: f("text_runs")?,
+        trail_runs: f("trail_runs")?,
+        entry_runs: f("entry_runs")?,
         len: f("len")?,
         number: f("number")?,
         key: f("key")?,
+        prior: f("prior")?,
         anchor: f("anchor")?,
         heading: f("heading")?,
         stored_text: f("stored_text")?,
-        stored_trail: f("stored_trail")?,
-        title: f("title")?,
-        tags: f("tags")?,
     })
 }
 
@@ -167,6 +199,8 @@ pub fn key_digest(key: &EntryKey) -> u64 {
         bytes.push(0);
         bytes.extend_from_slice(tag.as_bytes());
     }
+    bytes.push(1);
+    bytes.extend_from_slice(key.importance.as_bytes());
     let hash = Hash::of(&bytes);
     u64::from_le_bytes(hash.0[..8].try_into().expect("8 bytes"))
 }
@@ -205,7 +239,11 @@ impl SectionStore {
             }
             None => Box::new(RamDirectory::create()),
         };
-        let index = Index::create(raw.box_clone(), schema, Default::default())?;
+        let settings = tantivy::IndexSettings {
+            docstore_blocksize: STORE_BLOCK_BYTES,
+            ..Default::default()
+        };
+        let index = Index::create(raw.box_clone(), schema, settings)?;
         SectionStore::with_index(index, raw)
     }
 
@@ -254,7 +292,9 @@ impl SectionStore {
         let f = self.fields;
         let digest = key_digest(key);
         let entry = doc.entry_tokens().collect::<Vec<_>>().join(" ");
-        let tags = key.tags.join("\n");
+        let entry_runs =
+            runs_of(std::iter::once(key.title.as_str()).chain(key.tags.iter().map(|t| t.as_str())));
+        let prior = body::prior(&key.importance, path);
         let writer = self.writer();
         for (number, s) in doc.sections().enumerate() {
             let mut d = TantivyDocument::new();
@@ -280,12 +320,13 @@ impl SectionStore {
             d.add_u64(f.len, u64::from(s.len));
             d.add_u64(f.number, number as u64);
             d.add_u64(f.key, digest);
+            d.add_f64(f.prior, prior);
+            d.add_text(f.text_runs, runs_of([s.text]));
+            d.add_text(f.trail_runs, runs_of(s.trail.iter().map(|h| h.as_str())));
+            d.add_text(f.entry_runs, &entry_runs);
             d.add_text(f.anchor, s.anchor);
             d.add_text(f.heading, s.heading);
             d.add_text(f.stored_text, s.text);
-            d.add_text(f.stored_trail, s.trail.join("\n"));
-            d.add_text(f.title, &key.title);
-            d.add_text(f.tags, &tags);
             writer.add_document(d)?;
         }
         Ok(())
@@ -509,7 +550,10 @@ struct Met {
 /// A scored candidate before its path is known.
 #[derive(Clone, Copy)]
 struct Candidate {
+    /// The final score, with the stored prior.
     score: f64,
+    /// The score before the prior.
+    raw: f64,
     segment: u32,
     doc: DocId,
     catalog: bool,
@@ -533,6 +577,90 @@ impl Ord for Candidate {
             .then_with(|| other.segment.cmp(&self.segment))
             .then_with(|| other.doc.cmp(&self.doc))
     }
+}
+
+/// Rows past the cap kept while reading postings, for rows the catalog or a skip refuses.
+const KEEP_MARGIN: usize = 64;
+
+/// The best candidates seen, at most `keep` of them plus every one tying with the worst kept
+/// (rows that tie order by path, which is not known yet).
+struct Top {
+    keep: usize,
+    /// A min-heap of the best.
+    heap: BinaryHeap<std::cmp::Reverse<Candidate>>,
+    /// Candidates with the score of the heap's worst that did not fit in it.
+    ties: Vec<Candidate>,
+    /// Whether a candidate was left out.
+    dropped: bool,
+}
+
+impl Top {
+    fn new(keep: usize) -> Top {
+        Top {
+            keep,
+            heap: BinaryHeap::new(),
+            ties: Vec::new(),
+            dropped: false,
+        }
+    }
+
+    fn push(&mut self, c: Candidate) {
+        if self.heap.len() < self.keep {
+            self.heap.push(std::cmp::Reverse(c));
+            return;
+        }
+        let Some(worst) = self.heap.peek().map(|w| w.0.score) else {
+            self.dropped = true;
+            return;
+        };
+        match c.score.total_cmp(&worst) {
+            std::cmp::Ordering::Less => self.dropped = true,
+            std::cmp::Ordering::Equal => self.ties.push(c),
+            std::cmp::Ordering::Greater => {
+                self.heap.push(std::cmp::Reverse(c));
+                let out = self.heap.pop().expect("a full heap").0;
+                let worst = self.heap.peek().map_or(out.score, |w| w.0.score);
+                if out.score.total_cmp(&worst).is_eq() {
+                    self.ties.push(out);
+                } else {
+                    self.dropped = true;
+                    self.ties.clear();
+                }
+            }
+        }
+    }
+
+    /// Everything kept, best first.
+    fn into_best_first(self) -> Vec<Candidate> {
+        let mut all: Vec<Candidate> = self.heap.into_iter().map(|c| c.0).collect();
+        all.extend(self.ties);
+        all.sort_by(|a, b| b.cmp(a));
+        all
+    }
+}
+
+/// How often the words of `lists` (a phrase's, in order) stand one after another in `doc`.
+fn phrase_at(lists: &mut [SegmentPostings], doc: DocId, positions: &mut Vec<Vec<u32>>) -> u32 {
+    positions.resize_with(lists.len(), Vec::new);
+    for (list, at) in lists.iter_mut().zip(positions.iter_mut()) {
+        if list.doc() < doc {
+            list.seek(doc);
+        }
+        if list.doc() != doc {
+            return 0;
+        }
+        at.clear();
+        list.positions(at);
+    }
+    let (first, rest) = positions.split_first().expect("a phrase has words");
+    first
+        .iter()
+        .filter(|p| {
+            rest.iter()
+                .enumerate()
+                .all(|(i, at)| at.binary_search(&(**p + i as u32 + 1)).is_ok())
+        })
+        .count() as u32
 }
 
 /// A row's stored fields.
@@ -705,6 +833,11 @@ impl Base {
     /// The rows of this commit for `terms`, scored with `stats`, best first, enough of them
     /// that no row left out could rank among the first `query.max` (all when 0); paths
     /// `skip` names are left out.
+    ///
+    /// Every section's score is exact while its postings are read (the prior is stored
+    /// with it), so only the best `query.max` (and a margin for rows the catalog or `skip`
+    /// refuses) are kept, and only those are named and checked; when refusals eat the
+    /// margin, the segments are read again keeping more.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rows(
         &self,
@@ -716,34 +849,55 @@ impl Base {
         catalog: &CatalogIndex,
         skip: impl Fn(&DocPath) -> bool,
     ) -> StoreResult<Vec<Ranked>> {
-        let mut candidates = Vec::new();
-        for (number, s) in self.segments().iter().enumerate() {
-            self.segment_candidates(
-                number as u32,
-                s,
-                terms,
-                expansions,
-                stats,
-                scope,
-                &mut candidates,
-            )?;
-        }
-        let mut heap = BinaryHeap::from(candidates);
         let want = if query.max == 0 {
             usize::MAX
         } else {
             query.max
         };
+        let mut keep = want.saturating_add(KEEP_MARGIN);
+        loop {
+            let mut top = Top::new(keep);
+            for (number, s) in self.segments().iter().enumerate() {
+                self.segment_candidates(
+                    number as u32,
+                    s,
+                    terms,
+                    expansions,
+                    stats,
+                    scope,
+                    &mut top,
+                )?;
+            }
+            let dropped = top.dropped;
+            let candidates = top.into_best_first();
+            let (rows, enough) = self.resolve(candidates, want, scope, query, catalog, &skip)?;
+            if enough || !dropped {
+                return Ok(rows);
+            }
+            keep = keep.saturating_mul(8);
+        }
+    }
+
+    /// Names and checks `candidates` (best first) until `want` rows are accepted and no
+    /// candidate left could tie with the last; tells whether that many were.
+    fn resolve(
+        &self,
+        candidates: Vec<Candidate>,
+        want: usize,
+        scope: &str,
+        query: &CatalogQuery,
+        catalog: &CatalogIndex,
+        skip: &impl Fn(&DocPath) -> bool,
+    ) -> StoreResult<(Vec<Ranked>, bool)> {
         let mut rows: Vec<Ranked> = Vec::new();
-        // The `want`-th best final score so far (a min-heap of the best `want`).
+        // The `want` best final scores so far (a min-heap).
         let mut best: BinaryHeap<std::cmp::Reverse<OrdF64>> = BinaryHeap::new();
         let mut catalog_rows: HashSet<DocPath> = HashSet::new();
         let mut columns: Vec<Option<(StrColumn, StrColumn)>> = vec![None; self.segments().len()];
         let mut name = String::new();
-        while let Some(c) = heap.pop() {
+        for c in candidates {
             if best.len() >= want && best.peek().is_some_and(|m| c.score < m.0.0) {
-                // The prior is at most 1, so nothing left can reach the cut.
-                break;
+                return Ok((rows, true));
             }
             let s = &self.segments()[c.segment as usize];
             let slot = &mut columns[c.segment as usize];
@@ -779,7 +933,9 @@ impl Base {
                 }
                 a
             };
-            let score = c.score * prior(&entry.importance, &path);
+            // The catalog's prior; the stored one is the same while the entry key is
+            // current, which the version guarantees.
+            let score = c.raw * prior(&entry.importance, &path);
             best.push(std::cmp::Reverse(OrdF64(score)));
             if best.len() > want {
                 best.pop();
@@ -796,7 +952,30 @@ impl Base {
                 },
             });
         }
-        Ok(rows)
+        let enough = best.len() >= want;
+        Ok((rows, enough))
+    }
+
+    /// The positional postings of a phrase's words in one field; `None` when a word is not
+    /// in the field (the phrase is then nowhere in it).
+    fn phrase_lists(
+        &self,
+        s: &SegmentReader,
+        field: Field,
+        words: &[String],
+    ) -> Option<Vec<SegmentPostings>> {
+        let inv = s.inverted_index(field).ok()?;
+        words
+            .iter()
+            .map(|w| {
+                inv.read_postings(
+                    &TantivyTerm::from_field_text(field, w),
+                    IndexRecordOption::WithFreqsAndPositions,
+                )
+                .ok()
+                .flatten()
+            })
+            .collect()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -808,7 +987,7 @@ impl Base {
         expansions: &[Vec<Arc<str>>],
         stats: &Ranking,
         scope: &str,
-        out: &mut Vec<Candidate>,
+        out: &mut Top,
     ) -> StoreResult<()> {
         let mut needs = Vec::with_capacity(terms.len());
         for (i, term) in terms.iter().enumerate() {
@@ -828,7 +1007,20 @@ impl Base {
             }
         };
         let lens = s.fast_fields().u64("len")?;
-        let has_phrase = terms.iter().any(|t| matches!(t, Term::Phrase(_)));
+        let priors = s.fast_fields().f64("prior")?;
+        // Per phrase term, its words' positions in text, trail and entry.
+        let mut phrases: Vec<Option<[Option<Vec<SegmentPostings>>; 3]>> = terms
+            .iter()
+            .map(|t| match t {
+                Term::Phrase(words) => Some([
+                    self.phrase_lists(s, self.fields.text_runs, words),
+                    self.phrase_lists(s, self.fields.trail_runs, words),
+                    self.phrase_lists(s, self.fields.entry_runs, words),
+                ]),
+                _ => None,
+            })
+            .collect();
+        let mut positions: Vec<Vec<u32>> = Vec::new();
         // Drive by the rarest group; every other group is asked about its documents.
         let (drive_term, drive_group) = needs
             .iter()
@@ -906,35 +1098,33 @@ impl Base {
             if !all {
                 continue;
             }
-            if has_phrase {
-                let stored: TantivyDocument =
-                    self.searcher.doc(tantivy::DocAddress::new(number, doc))?;
-                let text = first_text(&stored, self.fields.stored_text);
-                let trail = first_text(&stored, self.fields.stored_trail);
-                let title = first_text(&stored, self.fields.title);
-                let tags = first_text(&stored, self.fields.tags);
-                let mut gone = false;
-                for (i, term) in terms.iter().enumerate() {
-                    if let Term::Phrase(words) = term {
-                        let count = (phrase_in(&text, words) as u32).min(255);
-                        let trail = trail.lines().any(|h| phrase_in(h, words) > 0);
-                        let entry = phrase_in(&title, words) > 0
-                            || tags.lines().any(|t| phrase_in(t, words) > 0);
-                        met[i] = Met {
-                            count,
-                            trail,
-                            entry,
-                        };
-                        gone |= count == 0 && !trail && !entry;
-                    }
-                }
-                if gone {
+            let mut gone = false;
+            for (i, lists) in phrases.iter_mut().enumerate() {
+                let Some([text, trail, entry]) = lists else {
                     continue;
-                }
+                };
+                let mut count = |lists: &mut Option<Vec<SegmentPostings>>| {
+                    lists
+                        .as_mut()
+                        .map_or(0, |l| phrase_at(l, doc, &mut positions))
+                };
+                let m = Met {
+                    count: count(text).min(255),
+                    trail: count(trail) > 0,
+                    entry: count(entry) > 0,
+                };
+                gone |= m.count == 0 && !m.trail && !m.entry;
+                met[i] = m;
             }
+            if gone {
+                continue;
+            }
+            let prior = priors.first(doc).unwrap_or(1.0);
             if met.iter().all(|m| m.entry) {
+                let raw = catalog_score(&stats.idf);
                 out.push(Candidate {
-                    score: catalog_score(&stats.idf),
+                    score: raw * prior,
+                    raw,
                     segment: number,
                     doc,
                     catalog: true,
@@ -945,13 +1135,14 @@ impl Base {
                 continue;
             }
             let len = lens.first(doc).unwrap_or(0) as u32;
-            let score = met
+            let raw = met
                 .iter()
                 .zip(&stats.idf)
                 .map(|(m, idf)| term_score(*idf, m.count, m.trail, m.entry, len, stats.average))
-                .sum();
+                .sum::<f64>();
             out.push(Candidate {
-                score,
+                score: raw * prior,
+                raw,
                 segment: number,
                 doc,
                 catalog: false,
@@ -1068,4 +1259,45 @@ pub(crate) fn expand(
     found.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     found.truncate(MAX_PREFIX_EXPANSION);
     found.into_iter().map(|(t, _)| t).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(score: f64, doc: DocId) -> Candidate {
+        Candidate {
+            score,
+            raw: score,
+            segment: 0,
+            doc,
+            catalog: false,
+        }
+    }
+
+    fn scores(top: Top) -> Vec<(u64, DocId)> {
+        top.into_best_first()
+            .iter()
+            .map(|c| (c.score as u64, c.doc))
+            .collect()
+    }
+
+    #[test]
+    fn top_keeps_the_best_and_every_tie_with_the_worst_kept() {
+        let mut top = Top::new(2);
+        for (score, doc) in [(1.0, 0), (5.0, 1), (3.0, 2), (3.0, 3), (3.0, 4), (2.0, 5)] {
+            top.push(candidate(score, doc));
+        }
+        assert!(top.dropped);
+        assert_eq!(scores(top), [(5, 1), (3, 2), (3, 3), (3, 4)]);
+        let mut top = Top::new(2);
+        for (score, doc) in [(3.0, 0), (3.0, 1), (3.0, 2), (4.0, 3), (5.0, 4)] {
+            top.push(candidate(score, doc));
+        }
+        assert_eq!(scores(top), [(5, 4), (4, 3)], "ties of a worse score go");
+        let mut top = Top::new(5);
+        top.push(candidate(1.0, 0));
+        assert!(!top.dropped);
+        assert_eq!(scores(top), [(1, 0)]);
+    }
 }

@@ -252,6 +252,7 @@ mod tests_support {
             body_hash: Hash::of(doc.2.as_bytes()),
             title: catalog.title.clone(),
             tags: catalog.tags.clone(),
+            importance: catalog.importance.clone(),
         };
         (path, DocCatalog::from(&catalog), key)
     }
@@ -284,6 +285,13 @@ mod tests_support {
         "key words",
         "number7",
         "deep buffer",
+        "\"debug notes\"",
+        "\"notes debug\"",
+        "\"buffer workaround\"",
+        "\"network ops\"",
+        "\"notes network\"",
+        "\"part 3\" deep",
+        "\"key key\"",
     ];
 
     pub fn queries() -> Vec<CatalogQuery> {
@@ -412,6 +420,39 @@ mod tests_support {
             ["/docs/a.md#", "/other/c.md#sub"],
             "a version pinned before the change keeps its state"
         );
+    }
+
+    #[test]
+    fn rows_past_the_kept_margin_are_found_when_the_best_are_refused() {
+        let mut docs: Vec<Doc> = (0..100)
+            .map(|i| {
+                let path: &'static str = Box::leak(format!("/hot/{i:03}.md").into_boxed_str());
+                (path, vec![], "hot hot hot\n".to_owned())
+            })
+            .collect();
+        for i in 0..3 {
+            let path: &'static str = Box::leak(format!("/cold/{i}.md").into_boxed_str());
+            docs.push((
+                path,
+                vec![],
+                format!("hot and {} more\n", "filler ".repeat(i + 5)),
+            ));
+        }
+        let (mut oracle, catalog, mut version) = build(&docs, docs.len());
+        for doc in &docs[..100] {
+            let path = DocPath::parse(doc.0).unwrap();
+            version.remove(&path);
+            oracle.remove(&path);
+        }
+        for q in [
+            CatalogQuery::new("hot").max(2),
+            CatalogQuery::new("hot").max(1),
+            CatalogQuery::new("hot"),
+        ] {
+            let got = version.lookup(&q, &catalog).unwrap();
+            assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
+            assert!(!got.is_empty());
+        }
     }
 
     #[test]
