@@ -312,8 +312,13 @@ fn open_loop_stores_run(
             for c in &committers {
                 let s = c.counters();
                 eprintln!(
-                    "  won {} lost {} yields {} handoffs {} listening {}",
-                    s.slots_won, s.slots_lost, s.yields, s.handoffs, s.listening_pauses
+                    "  won {} lost {} yields {} handoffs {} listening {} absorbed {}",
+                    s.slots_won,
+                    s.slots_lost,
+                    s.yields,
+                    s.handoffs,
+                    s.listening_pauses,
+                    s.batches_absorbed
                 );
             }
         }
