@@ -14,8 +14,10 @@
 //!    batch takes members until it holds its limit, which starts at
 //!    [`CommitterConfig::batch_start`] and doubles up to [`CommitterConfig::batch_max`] while
 //!    batches fill and the queue stays deep (a short batch resets it). A batch is sealed into
-//!    its slot when it reaches the front with nothing in flight, so writes that arrive while
-//!    slot `k` is being created ride slot `k + 1`. Slot `k + 1` is created only after slot
+//!    its slot when it reaches the front with nothing in flight, taking in the batches
+//!    behind it while the slot has room (each was built on the one before), so writes that
+//!    arrive while slot `k` is being created, or while the store holds for a peer, ride
+//!    slot `k + 1`. Slot `k + 1` is created only after slot
 //!    `k` is confirmed, and every member (answers included) is answered only once its batch's
 //!    base is confirmed.
 //! 4. The slot create is decided without guessing: an ambiguous or failed-with-retry create
@@ -44,9 +46,15 @@
 //!    a hint beyond what it serves makes it read the peer's slots up to the hinted sequence
 //!    (by name, one read each) before its next create instead of losing that name to them.
 //!    While hints flow and a peer contended within [`CommitterConfig::yield_window`] (lost
-//!    a slot to this store, beat it to one, or took a turn it held), a store holds the same
-//!    way after each of its wins instead of pausing at random. Contending stores so take
-//!    turns.
+//!    a slot to this store, beat it to one, or took a turn it held), contending stores take
+//!    the names in a rotation: the stores that wrote the newest [`ROTATION_SLOTS`] slots of
+//!    the tail, with this one, in store id order, each name going to the store after the
+//!    writer of the slot before it. A store whose turn it is not holds its next create until
+//!    the tail moves, at most 1.5 times its own slot read plus create latency per turn ahead
+//!    of its own, from when the tail's slot landed; the store right after the owner reads
+//!    the owner's name from when its create would land, every half read, so it has the
+//!    owner's slot about as it lands instead of one read after the owner's hint, and a
+//!    hand-off costs about a create.
 //!
 //! # Every answer at the tip
 //!
@@ -217,7 +225,9 @@ pub struct CommitterConfig {
     /// there. Zero never pauses.
     pub listen_every: Duration,
     /// The longest a store that learned a peer lost a slot to it holds its next create,
-    /// giving the peer the next name (see [`Committer::follow`]).
+    /// giving the peer the next name (see [`Committer::follow`]); in the rotation of
+    /// contending stores, the length of a turn until this store has measured its own slot
+    /// read and create latencies.
     pub handoff_wait: Duration,
     /// Attempts for one create before giving up.
     pub create_attempts: u32,
