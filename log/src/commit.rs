@@ -1203,6 +1203,9 @@ impl Actor {
                     if self.turn_position().is_some() {
                         // The rotation says whose turn the next name is.
                         self.decide_turn();
+                        if self.turn_until.is_some() {
+                            self.shared.stats().handoffs += 1;
+                        }
                     } else {
                         self.handoff_until =
                             Some(Instant::now() + self.shared.config.handoff_wait);
