@@ -1207,8 +1207,7 @@ impl Actor {
                             self.shared.stats().handoffs += 1;
                         }
                     } else {
-                        self.handoff_until =
-                            Some(Instant::now() + self.shared.config.handoff_wait);
+                        self.handoff_until = Some(Instant::now() + self.shared.config.handoff_wait);
                         self.shared.stats().handoffs += 1;
                     }
                 } else if sequence > self.shared.served.borrow().sequence() {

@@ -355,10 +355,7 @@ async fn the_next_store_peeks_at_the_owners_slot_as_it_lands() {
     let (won, _, latencies) = hinted_stores_at_250_per_second(2, seconds).await;
     assert!(won > 17 * seconds, "{won} slots in {seconds} s");
     let p99 = latencies[latencies.len() * 99 / 100];
-    assert!(
-        p99 <= std::time::Duration::from_millis(200),
-        "p99 {p99:?}"
-    );
+    assert!(p99 <= std::time::Duration::from_millis(200), "p99 {p99:?}");
 }
 
 /// Writes that overflow the batch waiting behind a slot create (its limit is 16 at first)

@@ -180,7 +180,10 @@ pub async fn explain(bucket: &dyn BlobStore, calls: &[Call], writes: &[Write], s
                     .filter(|c| c.start <= from && c.end >= to)
                     .collect();
                 let mine = |c: &&&Call| c.store == store;
-                let doing = if live.iter().any(|c| mine(c) && c.created.is_some() && won(c)) {
+                let doing = if live
+                    .iter()
+                    .any(|c| mine(c) && c.created.is_some() && won(c))
+                {
                     Doing::CreateWon
                 } else if live.iter().any(|c| mine(c) && c.created.is_some()) {
                     Doing::CreateLost
@@ -234,7 +237,11 @@ pub async fn explain(bucket: &dyn BlobStore, calls: &[Call], writes: &[Write], s
                 eprintln!(
                     "      store {} {what} {} {:.1}..{:.1}",
                     c.store,
-                    c.key.rsplit('/').next().unwrap_or_default().trim_start_matches('0'),
+                    c.key
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or_default()
+                        .trim_start_matches('0'),
                     at(c.start),
                     at(c.end),
                 );
