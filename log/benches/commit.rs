@@ -11,7 +11,11 @@
 //! acknowledge latency, with and without hints. 2 and 3 stores, with and without hints, are
 //! also offered 250 writes/s in total (open loop), printing each store's share and p99.
 //! `QUIRE_BENCH_STATS=1` prints each store's slot races, yields and pauses;
-//! `QUIRE_BENCH_OPEN_LOOP_STORES=1` runs only the open-loop figures of 2 and 3 stores.
+//! `QUIRE_BENCH_OPEN_LOOP_STORES=1` runs only the open-loop figures of 2 and 3 stores;
+//! `QUIRE_BENCH_TIMELINE=1` prints after each of those where its slowest writes' time went
+//! (see `timeline`).
+
+mod timeline;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +47,25 @@ fn committer_on(
     store: u8,
     on_committed: Option<quire_log::commit::CommittedHook>,
 ) -> (Committer, Metered) {
-    let simulated: Arc<dyn BlobStore> = Arc::new(Simulated::real_gcs(bucket, seed));
+    recorded_committer_on(bucket, seed, store, on_committed, None)
+}
+
+/// [`committer_on`], its link's calls on the log recorded into `calls` when given.
+fn recorded_committer_on(
+    bucket: Arc<dyn BlobStore>,
+    seed: u64,
+    store: u8,
+    on_committed: Option<quire_log::commit::CommittedHook>,
+    calls: Option<&timeline::Calls>,
+) -> (Committer, Metered) {
+    let mut simulated: Arc<dyn BlobStore> = Arc::new(Simulated::real_gcs(bucket, seed));
+    if let Some(calls) = calls {
+        simulated = Arc::new(timeline::Recorder {
+            inner: simulated,
+            store: usize::from(store) - 1,
+            calls: calls.clone(),
+        });
+    }
     let metered = Metered::new(simulated);
     let world = WorldId([1; 16]);
     let config = CommitterConfig {
@@ -238,6 +260,9 @@ fn open_loop_stores_run(
     runtime().block_on(async {
         let bucket: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
         let peers: Arc<std::sync::Mutex<Vec<Committer>>> = Arc::default();
+        let calls = std::env::var_os("QUIRE_BENCH_TIMELINE")
+            .is_some()
+            .then(timeline::Calls::default);
         let mut committers = Vec::new();
         for s in 0..stores {
             let hint_to = peers.clone();
@@ -249,7 +274,13 @@ fn open_loop_stores_run(
                 }
             });
             let hook = hints.then_some(hook);
-            let (c, _) = committer_on(bucket.clone(), seed * 16 + u64::from(s), s + 1, hook);
+            let (c, _) = recorded_committer_on(
+                bucket.clone(),
+                seed * 16 + u64::from(s),
+                s + 1,
+                hook,
+                calls.as_ref(),
+            );
             committers.push(c);
         }
         *peers.lock().unwrap() = committers.clone();
@@ -263,22 +294,37 @@ fn open_loop_stores_run(
             tasks.push(tokio::spawn(async move {
                 tokio::time::sleep_until(offered).await;
                 c.submit(write(i)).await.unwrap();
-                (store, offered.elapsed())
+                (store, offered, tokio::time::Instant::now())
             }));
         }
         let mut per_store = vec![Vec::new(); usize::from(stores)];
+        let mut writes = Vec::new();
         for t in tasks {
-            let (store, latency) = t.await.unwrap();
-            per_store[store].push(latency);
+            let (store, offered, answered) = t.await.unwrap();
+            per_store[store].push(answered - offered);
+            writes.push(timeline::Write {
+                store,
+                offered,
+                answered,
+            });
         }
         if std::env::var_os("QUIRE_BENCH_STATS").is_some() {
             for c in &committers {
                 let s = c.counters();
                 eprintln!(
-                    "  won {} lost {} yields {} handoffs {} listening {}",
-                    s.slots_won, s.slots_lost, s.yields, s.handoffs, s.listening_pauses
+                    "  won {} lost {} yields {} handoffs {} listening {} absorbed {}",
+                    s.slots_won,
+                    s.slots_lost,
+                    s.yields,
+                    s.handoffs,
+                    s.listening_pauses,
+                    s.batches_absorbed
                 );
             }
+        }
+        if let Some(calls) = calls {
+            let calls = calls.lock().unwrap().clone();
+            timeline::explain(bucket.as_ref(), &calls, &writes, usize::from(stores)).await;
         }
         peers.lock().unwrap().clear();
         let total: usize = per_store.iter().map(Vec::len).sum();

@@ -14,8 +14,10 @@
 //!    batch takes members until it holds its limit, which starts at
 //!    [`CommitterConfig::batch_start`] and doubles up to [`CommitterConfig::batch_max`] while
 //!    batches fill and the queue stays deep (a short batch resets it). A batch is sealed into
-//!    its slot when it reaches the front with nothing in flight, so writes that arrive while
-//!    slot `k` is being created ride slot `k + 1`. Slot `k + 1` is created only after slot
+//!    its slot when it reaches the front with nothing in flight, taking in the batches
+//!    behind it while the slot has room (each was built on the one before), so writes that
+//!    arrive while slot `k` is being created, or while the store holds for a peer, ride
+//!    slot `k + 1`. Slot `k + 1` is created only after slot
 //!    `k` is confirmed, and every member (answers included) is answered only once its batch's
 //!    base is confirmed.
 //! 4. The slot create is decided without guessing: an ambiguous or failed-with-retry create
@@ -44,9 +46,15 @@
 //!    a hint beyond what it serves makes it read the peer's slots up to the hinted sequence
 //!    (by name, one read each) before its next create instead of losing that name to them.
 //!    While hints flow and a peer contended within [`CommitterConfig::yield_window`] (lost
-//!    a slot to this store, beat it to one, or took a turn it held), a store holds the same
-//!    way after each of its wins instead of pausing at random. Contending stores so take
-//!    turns.
+//!    a slot to this store, beat it to one, or took a turn it held), contending stores take
+//!    the names in a rotation: the stores that wrote the newest [`ROTATION_SLOTS`] slots of
+//!    the tail, with this one, in store id order, each name going to the store after the
+//!    writer of the slot before it. A store whose turn it is not holds its next create until
+//!    the tail moves, at most 1.5 times its own slot read plus create latency per turn ahead
+//!    of its own, from when the tail's slot landed; the store right after the owner reads
+//!    the owner's name from when its create would land, every half read, so it has the
+//!    owner's slot about as it lands instead of one read after the owner's hint, and a
+//!    hand-off costs about a create.
 //!
 //! # Every answer at the tip
 //!
@@ -217,7 +225,9 @@ pub struct CommitterConfig {
     /// there. Zero never pauses.
     pub listen_every: Duration,
     /// The longest a store that learned a peer lost a slot to it holds its next create,
-    /// giving the peer the next name (see [`Committer::follow`]).
+    /// giving the peer the next name (see [`Committer::follow`]); in the rotation of
+    /// contending stores, the length of a turn until this store has measured its own slot
+    /// read and create latencies.
     pub handoff_wait: Duration,
     /// Attempts for one create before giving up.
     pub create_attempts: u32,
@@ -328,6 +338,9 @@ pub struct CommitStats {
     /// Pauses a store that saw no peer took to leave a name free
     /// ([`CommitterConfig::listen_every`]).
     pub listening_pauses: u64,
+    /// Times the batch about to be sealed took in the batches queued behind it (writes
+    /// that overflowed it while it waited ride its slot).
+    pub batches_absorbed: u64,
 }
 
 /// How many of the newest batch sizes [`CommitStats::batch_sizes`] keeps.
@@ -627,6 +640,11 @@ impl Committer {
             yield_until: None,
             handoff_until: None,
             contended: None,
+            writers: VecDeque::new(),
+            tail_landed: Instant::now(),
+            turn_until: None,
+            peek: None,
+            hint_arrived: Instant::now(),
             last_listened: Instant::now(),
             own_slots: VecDeque::new(),
             shedding: VecDeque::new(),
@@ -779,6 +797,7 @@ impl Committer {
             yields: stats.yields,
             handoffs: stats.handoffs,
             listening_pauses: stats.listening_pauses,
+            batches_absorbed: stats.batches_absorbed,
         }
     }
 
@@ -931,6 +950,7 @@ impl Batch {
 enum Event {
     Message(Option<Msg>),
     Created(CreateOutcome),
+    Peeked(Result<Option<EncodedSlot>>),
     Staged(std::result::Result<(tokio::task::Id, (Hash, Result<()>)), tokio::task::JoinError>),
     Timer,
 }
@@ -968,6 +988,19 @@ struct Actor {
     /// When a peer last contended for this store's names with hints flowing: lost a slot
     /// to it, beat it to one, or took a turn it was offered.
     contended: Option<Instant>,
+    /// The stores that wrote the newest slots of the tail, oldest first (at most
+    /// [`ROTATION_SLOTS`]): with this store, the rotation contending stores take turns in.
+    writers: VecDeque<StoreId>,
+    /// About when the tail's newest slot landed in the bucket.
+    tail_landed: Instant,
+    /// While it is another store's turn in the rotation: hold the next create until then
+    /// (or until the tail moves).
+    turn_until: Option<Instant>,
+    /// A read of the next name, timed to land just after the store whose turn it is would
+    /// have created it.
+    peek: Option<JoinHandle<Result<Option<EncodedSlot>>>>,
+    /// When the hint that set `read_ahead` arrived.
+    hint_arrived: Instant,
     /// When this store last left a name free, or last saw a peer (see
     /// [`CommitterConfig::listen_every`]).
     last_listened: Instant,
@@ -1014,8 +1047,13 @@ impl Actor {
             self.shed_some();
             if self.closing.is_none() {
                 self.fill_pipeline().await;
-                if self.read_ahead.is_some() && self.creating.is_none() {
+                // A peek in flight finds the next slot within half a read of its landing,
+                // sooner than a read begun now: the hint waits for it.
+                if self.read_ahead.is_some() && self.creating.is_none() && self.peek.is_none() {
                     self.read_ahead().await;
+                    // Reading ahead returned the batches behind the front to the queue: they
+                    // are rebuilt before the front is sealed, so it can take them in.
+                    self.fill_pipeline().await;
                 }
             }
             self.advance_front();
@@ -1162,13 +1200,24 @@ impl Actor {
                 if ours {
                     self.shared.note_peer();
                     self.contended = Some(Instant::now());
-                    self.handoff_until = Some(Instant::now() + self.shared.config.handoff_wait);
-                    self.shared.stats().handoffs += 1;
+                    if self.turn_position().is_some() {
+                        // The rotation says whose turn the next name is.
+                        self.decide_turn();
+                        if self.turn_until.is_some() {
+                            self.shared.stats().handoffs += 1;
+                        }
+                    } else {
+                        self.handoff_until = Some(Instant::now() + self.shared.config.handoff_wait);
+                        self.shared.stats().handoffs += 1;
+                    }
                 } else if sequence > self.shared.served.borrow().sequence() {
                     self.shared.note_peer();
-                    if self.handoff_until.take().is_some() {
+                    if self.handoff_until.take().is_some() || self.turn_until.is_some() {
                         // The peer took the turn this store held for it.
                         self.contended = Some(Instant::now());
+                    }
+                    if self.read_ahead.is_none() {
+                        self.hint_arrived = Instant::now();
                     }
                     self.read_ahead = self.read_ahead.max(Some(sequence));
                 }
@@ -1183,6 +1232,7 @@ impl Actor {
         let now = Instant::now();
         self.yield_until = self.yield_until.filter(|until| *until > now);
         self.handoff_until = self.handoff_until.filter(|until| *until > now);
+        self.turn_until = self.turn_until.filter(|until| *until > now);
         let next_deadline = self
             .queue
             .iter()
@@ -1193,9 +1243,11 @@ impl Actor {
             .yield_until
             .into_iter()
             .chain(self.handoff_until)
+            .chain(self.turn_until)
             .max()
             .filter(|_| self.creating.is_none() && !self.batches.is_empty());
         let mut creating = self.creating.take();
+        let mut peek = self.peek.take();
         // Biased, so a run replays from its seed (tokio's random branch order is not
         // seeded); completions come first, as they are finite, then requests, then timers.
         let event = tokio::select! {
@@ -1206,6 +1258,11 @@ impl Actor {
                 ))))
             }
             Some(done) = self.staging.join_next_with_id(), if !self.staging.is_empty() => Event::Staged(done),
+            read = async { peek.as_mut().expect("guarded").await }, if peek.is_some() => {
+                Event::Peeked(read.unwrap_or_else(|e| Err(Error::new(
+                    Op::Read, "", ErrorKind::Storage, format!("peek task failed: {e}"),
+                ))))
+            }
             msg = self.rx.recv(), if self.rx_open => Event::Message(msg),
             () = sleep_until_opt(hold_until), if hold_until.is_some() => Event::Timer,
             () = sleep_until_opt(next_deadline), if next_deadline.is_some() => Event::Timer,
@@ -1215,6 +1272,9 @@ impl Actor {
         if !matches!(event, Event::Created(_)) {
             self.creating = creating;
         }
+        if !matches!(event, Event::Peeked(_)) {
+            self.peek = peek;
+        }
         match event {
             Event::Message(Some(msg)) => self.receive(msg),
             Event::Message(None) => {
@@ -1222,6 +1282,7 @@ impl Actor {
                 self.closing.get_or_insert_with(Vec::new);
             }
             Event::Created(outcome) => self.on_created(outcome).await,
+            Event::Peeked(read) => self.on_peeked(read).await,
             Event::Staged(Ok((id, (hash, result)))) => {
                 self.staging_ids.remove(&id);
                 self.staging_now.remove(&hash);
@@ -1312,6 +1373,9 @@ impl Actor {
                         let served = self.shared.served.borrow().clone();
                         if served.sequence() > self.tail.sequence() {
                             self.tail = served;
+                            // Who wrote the slots a refresh applied is not known here.
+                            self.writers.clear();
+                            self.tail_moved([], Instant::now());
                         }
                         // The store was idle: the log may have moved since it last looked.
                         // One probe puts the tail at the tip for this request (and every
@@ -1352,6 +1416,7 @@ impl Actor {
         let mut peer = false;
         let store = self.shared.store.clone();
         let recent = &self.shared.recent;
+        let mut writers = Vec::new();
         let read = tip::catch_up_observed(
             store.as_ref(),
             &self.shared.config.prefix,
@@ -1359,6 +1424,7 @@ impl Actor {
             |slot| {
                 touched.add(slot, policy.as_ref());
                 peer |= slot.slot.store != own;
+                writers.push(slot.slot.store);
                 recent.publish(slot);
             },
         )
@@ -1369,6 +1435,7 @@ impl Actor {
         let applied = (next.sequence() - self.tail.sequence()) as usize;
         if applied > 0 {
             self.tail = next;
+            self.tail_moved(writers, Instant::now());
             self.shared.install(&self.tail);
         }
         match read {
@@ -1739,9 +1806,12 @@ impl Actor {
                 let now = Instant::now();
                 if self.yield_until.is_some_and(|until| now < until)
                     || self.handoff_until.is_some_and(|until| now < until)
+                    || self.turn_until.is_some_and(|until| now < until)
                 {
                     return;
                 }
+                self.absorb_behind();
+                let front = self.batches.front().expect("front exists");
                 if writes_nothing(front) {
                     let settled = self.shared.settled();
                     let sequence = self.tail.sequence();
@@ -1768,6 +1838,7 @@ impl Actor {
                 }
                 self.yield_until = None;
                 self.handoff_until = None;
+                self.turn_until = None;
                 let sealed = self.seal(front);
                 let size = front.members.len();
                 let short = size < front.cap;
@@ -1842,6 +1913,37 @@ impl Actor {
         }
     }
 
+    /// Moves the batches behind the front, about to be sealed, into it while the slot has
+    /// room for them: each was built on the one before it, so the members stay in order on
+    /// the same states. Writes that overflowed the front while it waited (on a create, or on
+    /// a peer's turn) ride this slot instead of waiting for the next. Having to absorb means
+    /// the limit is short of what arrives per slot: it doubles.
+    fn absorb_behind(&mut self) {
+        let ceiling = self.batch_ceiling();
+        let budget = self.shared.config.slot_inline_budget;
+        let mut absorbed = false;
+        while let [front, next, ..] = &self.batches.make_contiguous()[..] {
+            let fits = front.members.len() + next.members.len() <= ceiling
+                && front.inline_used + next.inline_used <= budget
+                && next.blobs.iter().all(|(h, _)| self.staged.contains(h));
+            if !fits {
+                break;
+            }
+            let next = self.batches.remove(1).expect("a batch behind the front");
+            let front = self.batches.front_mut().expect("front exists");
+            front.members.extend(next.members);
+            front.blobs.extend(next.blobs);
+            front.inline_used += next.inline_used;
+            front.working = next.working;
+            front.cap = front.cap.max(next.cap);
+            absorbed = true;
+        }
+        if absorbed {
+            self.limit = (self.limit * 2).min(ceiling);
+            self.shared.stats().batches_absorbed += 1;
+        }
+    }
+
     async fn on_created(&mut self, outcome: CreateOutcome) {
         let Some(front) = self.batches.pop_front() else {
             return;
@@ -1890,10 +1992,16 @@ impl Actor {
                     }
                 }
                 answer_batch(front, first);
+                let me = self.shared.config.store;
+                self.tail_moved([me], Instant::now());
                 let contending = self
                     .contended
                     .is_some_and(|at| at.elapsed() <= self.shared.config.yield_window);
-                if self.shared.peer_active() && self.shared.hinted() && contending {
+                if self.turn_until.is_some() {
+                    // Peers take the next names in the rotation: hold until they did.
+                    self.shared.stats().yields += 1;
+                    self.last_listened = Instant::now();
+                } else if self.shared.peer_active() && self.shared.hinted() && contending {
                     // Peers want names too and hints say when they took one: hold the next
                     // create for them (until a hint shows their slot, at most a hand-off
                     // wait) instead of racing them for it.
@@ -1941,6 +2049,7 @@ impl Actor {
                 let mut touched = Touched::default();
                 touched.add(&winner, self.shared.config.policy_path.as_ref());
                 self.lost_streak += 1;
+                let mut writers = vec![winner.slot.store];
                 if self.lost_streak.is_multiple_of(TRAILING_LOSSES) {
                     // Losing again means this store trails the log: jump to its end.
                     let store = self.shared.store.clone();
@@ -1955,6 +2064,7 @@ impl Actor {
                         |slot| {
                             touched.add(slot, policy.as_ref());
                             peer |= slot.slot.store != own;
+                            writers.push(slot.slot.store);
                             recent.publish(slot);
                         },
                     )
@@ -1967,6 +2077,7 @@ impl Actor {
                     }
                 }
                 self.tail = next.clone();
+                self.tail_moved(writers, Instant::now());
                 self.shared.install(&next);
                 self.shared.report(next.sequence());
                 self.requeue_later_batches();
@@ -2012,9 +2123,11 @@ impl Actor {
         let mut peer = false;
         let store = self.shared.store.clone();
         let recent = &self.shared.recent;
+        let mut writers = Vec::new();
         let mut observe = |slot: &EncodedSlot| {
             touched.add(slot, policy.as_ref());
             peer |= slot.slot.store != own;
+            writers.push(slot.slot.store);
             recent.publish(slot);
         };
         // The hint names how far the log reached: read the slots up to it by name, one
@@ -2051,6 +2164,14 @@ impl Actor {
         if peer {
             self.shared.note_peer();
         }
+        self.adopt(next, touched).await;
+        self.tail_moved(writers, self.hint_arrived);
+    }
+
+    /// Moves the tail to `next`, read from the log ahead of any race, and rebuilds the
+    /// front on it (as after a lost race, without the failed create), reporting how far the
+    /// log got so the peer knows this store saw its slot.
+    async fn adopt(&mut self, next: WorldState, touched: Touched) {
         self.tail = next.clone();
         self.shared.install(&next);
         self.shared.report(next.sequence());
@@ -2058,6 +2179,119 @@ impl Actor {
             self.requeue_later_batches();
             let rebuilt = self.rebuild(next, front.members, front.cap, touched).await;
             self.batches.push_front(rebuilt);
+        }
+    }
+
+    /// A peek at the next name came back: a slot there is the turn it waited for, taken in
+    /// as a read ahead would; an absent name or a failed read leaves the hint to bring it.
+    async fn on_peeked(&mut self, read: Result<Option<EncodedSlot>>) {
+        let slot = match read {
+            Ok(Some(slot)) => slot,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!("peeking at the next slot name failed: {e}");
+                return;
+            }
+        };
+        if self.creating.is_some() || slot.slot.first != self.tail.sequence() + 1 {
+            return;
+        }
+        let mut next = self.tail.clone();
+        if let Err(e) = next.apply_in_place(&slot) {
+            tracing::warn!("a peeked slot does not apply: {e}");
+            return;
+        }
+        self.shared.recent.publish(&slot);
+        let mut touched = Touched::default();
+        touched.add(&slot, self.shared.config.policy_path.as_ref());
+        if slot.slot.store != self.shared.config.store {
+            self.shared.note_peer();
+        }
+        self.adopt(next, touched).await;
+        self.tail_moved([slot.slot.store], Instant::now());
+    }
+
+    /// Records that the tail moved onto slots `writers` wrote (oldest first), the newest
+    /// landing about `landed`, and decides whose turn the next name is.
+    fn tail_moved(&mut self, writers: impl IntoIterator<Item = StoreId>, landed: Instant) {
+        for writer in writers {
+            self.writers.push_back(writer);
+            if self.writers.len() > ROTATION_SLOTS {
+                self.writers.pop_front();
+            }
+        }
+        self.tail_landed = landed;
+        self.turn_until = None;
+        if let Some(peek) = self.peek.take() {
+            peek.abort();
+        }
+        self.decide_turn();
+    }
+
+    /// While hints flow and peers contend, contending stores take the log's names in a
+    /// rotation: the stores that wrote its newest [`ROTATION_SLOTS`] slots, with this one,
+    /// in store id order, each name going to the store after the one that wrote the slot
+    /// before it. How many turns come before this store's: 0 when the next name is its
+    /// turn, `None` when no rotation applies.
+    fn turn_position(&self) -> Option<usize> {
+        let contending = self
+            .contended
+            .is_some_and(|at| at.elapsed() <= self.shared.config.yield_window);
+        if !(contending && self.shared.peer_active() && self.shared.hinted()) {
+            return None;
+        }
+        let last = *self.writers.back()?;
+        let me = self.shared.config.store;
+        let mut rotation: Vec<StoreId> = self.writers.iter().copied().chain([me]).collect();
+        rotation.sort_unstable();
+        rotation.dedup();
+        let n = rotation.len();
+        if n < 2 {
+            return None;
+        }
+        let owner = (rotation.binary_search(&last).ok()? + 1) % n;
+        let mine = rotation.binary_search(&me).ok()?;
+        Some((mine + n - owner) % n)
+    }
+
+    /// Holds the next create while the next name is another store's turn: for `position`
+    /// turns of one slot read and create each (at 1.5 times this store's own latencies),
+    /// counted from when the tail's slot landed, or until the tail moves. The store right
+    /// after the owner peeks at the name just after the owner's create would land, so it
+    /// has the owner's slot about when it lands instead of one read after its hint.
+    fn decide_turn(&mut self) {
+        let Some(position) = self.turn_position().filter(|p| *p > 0) else {
+            self.turn_until = None;
+            return;
+        };
+        let (create, read) = {
+            let latencies = self.shared.latencies.lock().expect("latency lock poisoned");
+            (latencies.create, latencies.read)
+        };
+        let turn = match (create, read) {
+            (Some(create), Some(read)) => (create + read) * 3 / 2,
+            _ => self.shared.config.handoff_wait,
+        };
+        let until = self.tail_landed + turn * position as u32;
+        self.turn_until = Some(until);
+        if position == 1
+            && self.peek.is_none()
+            && let (Some(create), Some(read)) = (create, read)
+        {
+            // The first read lands when the owner's create would if it started as the
+            // tail's slot landed; later ones follow every half read until the turn ends.
+            // A store that wrote none of the rotation's slots is not in its peers'
+            // rotations: where their turns and its own collide, the first to have the
+            // slot before wins, so it reads twice as often until its slot gets it in.
+            let first = self.tail_landed + create.saturating_sub(read);
+            let newcomer = !self.writers.contains(&self.shared.config.store);
+            let every = (read / if newcomer { 4 } else { 2 }).max(Duration::from_millis(1));
+            let store = self.shared.store.clone();
+            let prefix = self.shared.config.prefix.clone();
+            let sequence = self.tail.sequence() + 1;
+            self.peek = Some(tokio::spawn(peek_slot(
+                store, prefix, sequence, first, every, until,
+            )));
         }
     }
 
@@ -2221,6 +2455,10 @@ impl Latencies {
     }
 }
 
+/// How many of the log's newest slots name the stores in the rotation of turns: a store
+/// that wrote none of them has stopped contending and is skipped.
+const ROTATION_SLOTS: usize = 8;
+
 /// How many sequences past its tail a peer hint may name for a store to read the slots by
 /// name (a read each) rather than list the log.
 const READ_AHEAD_BY_NAME: u64 = MAX_SLOT_ENTRIES as u64 * 4;
@@ -2243,6 +2481,38 @@ async fn read_up_to(
         observe(&slot);
     }
     Ok(false)
+}
+
+/// Reads slot name `sequence` from `first` on, a new read every `every` while reads
+/// started before `until` find it absent: the first that finds the slot answers. `None`
+/// when none did (or the last failed).
+async fn peek_slot(
+    store: Arc<dyn BlobStore>,
+    prefix: String,
+    sequence: u64,
+    first: Instant,
+    every: Duration,
+    until: Instant,
+) -> Result<Option<EncodedSlot>> {
+    let mut reads = futures::stream::FuturesUnordered::new();
+    let mut next = first;
+    let mut last = Ok(None);
+    loop {
+        let more = next <= until;
+        tokio::select! {
+            biased;
+            Some(read) = futures::StreamExt::next(&mut reads), if !reads.is_empty() => match read {
+                Ok(Some(slot)) => return Ok(Some(slot)),
+                other => last = other,
+            },
+            () = tokio::time::sleep_until(next), if more => {
+                let (store, prefix) = (store.clone(), prefix.clone());
+                reads.push(async move { tip::read_slot(store.as_ref(), &prefix, sequence).await });
+                next += every;
+            }
+            else => return last,
+        }
+    }
 }
 
 /// One slot create: its name, bytes and how to pursue it.
