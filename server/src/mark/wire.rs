@@ -1187,7 +1187,7 @@ fn parse_single_quoted(text: &str) -> Result<(String, &str), String> {
 
 fn encode_entries<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
     let mut entries: Vec<(&str, &str)> = entries.collect();
-    entries.sort_by(|a, b| reference_key_order(a.0, b.0));
+    sort_tolerating(&mut entries, |a, b| reference_key_order(a.0, b.0));
     let mut out = String::from("---\n");
     for (key, value) in entries {
         write_scalar(&mut out, key);
@@ -1574,6 +1574,41 @@ fn is_yaml11_bool(text: &str) -> bool {
             | "Off"
             | "OFF"
     )
+}
+
+/// Sorts `items` by `order`, stably, in O(n log n), without assuming `order` is a total
+/// order: the reference's key order is not one for some keys (long digit runs overflow,
+/// leading zeros), and the standard sorts may panic on such an order, which a document's
+/// keys must never make an encoder do. Where `order` is total the result is the standard
+/// sort's. A bottom-up merge sort: the standard library has no sort that tolerates this.
+fn sort_tolerating<T: Copy>(items: &mut Vec<T>, order: impl Fn(&T, &T) -> Ordering) {
+    let n = items.len();
+    let mut from = items.clone();
+    let mut to = Vec::with_capacity(n);
+    let mut width = 1;
+    while width < n {
+        to.clear();
+        for start in (0..n).step_by(2 * width) {
+            let middle = (start + width).min(n);
+            let end = (start + 2 * width).min(n);
+            let (mut left, mut right) = (start, middle);
+            while left < middle && right < end {
+                // The left run wins ties, which keeps the sort stable.
+                if order(&from[right], &from[left]) == Ordering::Less {
+                    to.push(from[right]);
+                    right += 1;
+                } else {
+                    to.push(from[left]);
+                    left += 1;
+                }
+            }
+            to.extend_from_slice(&from[left..middle]);
+            to.extend_from_slice(&from[right..end]);
+        }
+        std::mem::swap(&mut from, &mut to);
+        width *= 2;
+    }
+    *items = from;
 }
 
 /// The reference encoder's key order: letters compare by code point, a letter sorts after a
@@ -2606,13 +2641,16 @@ mod tests {
         let mut keys = vec![
             "b", "a10", "a2", "a1b", "A", "a-b", "a_b", "ab", "v02", "v2",
         ];
-        keys.sort_by(|a, b| reference_key_order(a, b));
+        let mut by_std = keys.clone();
+        by_std.sort_by(|a, b| reference_key_order(a, b));
+        sort_tolerating(&mut keys, |a, b| reference_key_order(a, b));
         assert_eq!(
             keys,
             [
                 "A", "a-b", "a_b", "a1b", "a2", "a10", "ab", "b", "v2", "v02"
             ]
         );
+        assert_eq!(keys, by_std);
         let mut metadata = Metadata::new();
         for key in ["x10", "x9", "x1"] {
             metadata.insert(key.to_owned(), "v".to_owned());
@@ -2862,12 +2900,36 @@ mod tests {
         (blocks, false)
     }
 
+    /// Found by the `mark_request` fuzz target: a request whose keys (long digit runs that
+    /// overflow, leading zeros) make the reference order intransitive made the encoder's
+    /// sort panic.
+    #[test]
+    fn keys_the_reference_order_cannot_rank_still_encode() {
+        let request = Request::parse(include_bytes!("testdata/unrankable-keys.mark"))
+            .expect("the fuzzer's request parses");
+        let encoded = request.encode().expect("encodes");
+        assert_eq!(Request::parse(&encoded).unwrap(), request);
+    }
+
     proptest! {
         // 512 cases unless PROPTEST_CASES asks for another count.
         #![proptest_config(ProptestConfig {
             cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512),
             ..ProptestConfig::default()
         })]
+
+        #[test]
+        fn any_keys_of_digits_and_letters_encode_and_read_back(
+            keys in proptest::collection::btree_set("[0-9a-zA]{1,24}", 0..40),
+        ) {
+            let mut metadata = Metadata::new();
+            for key in &keys {
+                metadata.insert(key.clone(), "v".to_owned());
+            }
+            let block = encode_metadata_block(&metadata);
+            let request = Request::parse(format!("PUBLISH /a.md\n{block}").as_bytes()).unwrap();
+            prop_assert_eq!(request.metadata, metadata);
+        }
 
         #[test]
         fn requests_round_trip(request in any_request()) {
