@@ -164,6 +164,21 @@ async fn three_faulty_stores_lose_nothing() {
     faulty_stores_lose_nothing(3).await;
 }
 
+/// The hook that hints every committer in `peers` but store `s` of each commit.
+fn hints_to_the_others(
+    peers: &Arc<std::sync::Mutex<Vec<Committer>>>,
+    s: u8,
+) -> quire_log::commit::CommittedHook {
+    let peers = peers.clone();
+    Arc::new(move |sequence| {
+        for (i, other) in peers.lock().unwrap().iter().enumerate() {
+            if i != usize::from(s) {
+                other.follow(sequence);
+            }
+        }
+    })
+}
+
 /// `stores` stores on real-GCS links, with or without peer hints wired between them, each
 /// kept busy by closed-loop writers for `seconds`: the commits each store made (nothing is
 /// lost: the log holds exactly their sum).
@@ -174,14 +189,7 @@ async fn contending_stores_commits(stores: u8, hints: bool, seconds: u64) -> Vec
     let mut committers = Vec::new();
     let mut tasks = Vec::new();
     for s in 0..stores {
-        let hint_to = peers.clone();
-        let hook: quire_log::commit::CommittedHook = Arc::new(move |sequence| {
-            for (i, other) in hint_to.lock().unwrap().iter().enumerate() {
-                if i != usize::from(s) {
-                    other.follow(sequence);
-                }
-            }
-        });
+        let hook = hints_to_the_others(&peers, s);
         let config = CommitterConfig {
             prefix: PREFIX.into(),
             store: StoreId([s + 1; 16]),
@@ -274,14 +282,7 @@ async fn hinted_stores_at_250_per_second(
     let peers: Arc<std::sync::Mutex<Vec<Committer>>> = Arc::default();
     let mut committers = Vec::new();
     for s in 0..stores {
-        let hint_to = peers.clone();
-        let hook: quire_log::commit::CommittedHook = Arc::new(move |sequence| {
-            for (i, other) in hint_to.lock().unwrap().iter().enumerate() {
-                if i != usize::from(s) {
-                    other.follow(sequence);
-                }
-            }
-        });
+        let hook = hints_to_the_others(&peers, s);
         let config = CommitterConfig {
             prefix: PREFIX.into(),
             store: StoreId([s + 1; 16]),
