@@ -1,34 +1,20 @@
 //! The error every blob operation returns: which operation, which key, which kind.
 
-use std::fmt;
-
-/// The operation an [`Error`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Op {
-    Create,
-    Get,
-    GetRange,
-    Head,
-    Replace,
-    Delete,
-    List,
+quire_failure::names! {
+    /// The operation an [`Error`] came from.
+    #[non_exhaustive]
+    pub enum Op {
+        Create => "create",
+        Get => "get",
+        GetRange => "get_range",
+        Head => "head",
+        Replace => "replace",
+        Delete => "delete",
+        List => "list",
+    }
 }
 
 impl Op {
-    /// The operation's name, as errors and metrics spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Create => "create",
-            Op::Get => "get",
-            Op::GetRange => "get_range",
-            Op::Head => "head",
-            Op::Replace => "replace",
-            Op::Delete => "delete",
-            Op::List => "list",
-        }
-    }
-
     /// Whether the operation changes stored state.
     pub fn is_mutation(self) -> bool {
         matches!(self, Op::Create | Op::Replace | Op::Delete)
@@ -46,37 +32,36 @@ impl Op {
     ];
 }
 
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+impl quire_failure::Subject for Op {
+    const SUBJECT: &'static str = "blob";
 }
 
-/// What went wrong, and so what the caller may conclude.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The key does not exist (reads only; a conditional mutation of a missing key is a
-    /// precondition failure). Nothing changed.
-    NotFound,
-    /// The condition did not hold (key exists on create, generation differs or key missing on
-    /// replace/delete) or the input was invalid. Nothing changed; retrying the same call fails
-    /// the same way.
-    Precondition,
-    /// The store asked us to slow down. Nothing changed for reads; a throttled mutation was
-    /// refused before it applied. Retry after a pause.
-    Throttled,
-    /// The store could not be reached or failed. For reads nothing changed; a mutation that may
-    /// have applied is reported as [`ErrorKind::Ambiguous`] instead.
-    Unavailable,
-    /// The store returned something that cannot be right (bad checksum, inconsistent
-    /// attributes, a listing out of order). Not retryable.
-    Integrity,
-    /// A mutation's outcome is unknown: it may or may not have applied. Decide by reading the
-    /// key back; never treat it as a win or a loss.
-    Ambiguous,
-    /// The call was canceled before it reached the store; nothing changed.
-    Canceled,
+quire_failure::names! {
+    /// What went wrong, and so what the caller may conclude.
+    #[non_exhaustive]
+    pub enum ErrorKind {
+        /// The key does not exist (reads only; a conditional mutation of a missing key is a
+        /// precondition failure). Nothing changed.
+        NotFound => "not found",
+        /// The condition did not hold (key exists on create, generation differs or key missing
+        /// on replace/delete) or the input was invalid. Nothing changed; retrying the same call
+        /// fails the same way.
+        Precondition => "precondition failed",
+        /// The store asked us to slow down. Nothing changed for reads; a throttled mutation was
+        /// refused before it applied. Retry after a pause.
+        Throttled => "throttled",
+        /// The store could not be reached or failed. For reads nothing changed; a mutation that
+        /// may have applied is reported as [`ErrorKind::Ambiguous`] instead.
+        Unavailable => "unavailable",
+        /// The store returned something that cannot be right (bad checksum, inconsistent
+        /// attributes, a listing out of order). Not retryable.
+        Integrity => "integrity violation",
+        /// A mutation's outcome is unknown: it may or may not have applied. Decide by reading
+        /// the key back; never treat it as a win or a loss.
+        Ambiguous => "outcome unknown (ambiguous)",
+        /// The call was canceled before it reached the store; nothing changed.
+        Canceled => "canceled",
+    }
 }
 
 impl ErrorKind {
@@ -87,100 +72,26 @@ impl ErrorKind {
             ErrorKind::Throttled | ErrorKind::Unavailable | ErrorKind::Ambiguous
         )
     }
-
-    fn describe(self) -> &'static str {
-        match self {
-            ErrorKind::NotFound => "not found",
-            ErrorKind::Precondition => "precondition failed",
-            ErrorKind::Throttled => "throttled",
-            ErrorKind::Unavailable => "unavailable",
-            ErrorKind::Integrity => "integrity violation",
-            ErrorKind::Ambiguous => "outcome unknown (ambiguous)",
-            ErrorKind::Canceled => "canceled",
-        }
-    }
 }
 
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.describe())
-    }
-}
-
-type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// A failed blob operation: `blob <op> "<key>": <kind>: <detail>`.
-#[derive(Debug, thiserror::Error)]
-#[error("blob {op} {key:?}: {kind}{}", detail_suffix(.detail))]
-pub struct Error {
-    op: Op,
-    key: String,
-    kind: ErrorKind,
-    detail: String,
-    #[source]
-    source: Option<Source>,
-}
-
-fn detail_suffix(detail: &str) -> String {
-    if detail.is_empty() {
-        String::new()
-    } else {
-        format!(": {detail}")
-    }
+quire_failure::error_type! {
+    /// A failed blob operation: `blob <op> "<key>": <kind>: <detail>`; the key is the prefix
+    /// for `list`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct Error(Op, ErrorKind);
 }
 
 impl Error {
-    /// An error of `kind` for `op` on `key`, with a human-readable detail (may be empty).
-    pub fn new(op: Op, key: impl Into<String>, kind: ErrorKind, detail: impl Into<String>) -> Self {
-        Error {
-            op,
-            key: key.into(),
-            kind,
-            detail: detail.into(),
-            source: None,
-        }
-    }
-
-    /// Attaches the underlying cause.
-    pub fn with_source(mut self, source: impl Into<Source>) -> Self {
-        self.source = Some(source.into());
-        self
-    }
-
-    pub fn op(&self) -> Op {
-        self.op
-    }
-
-    /// The key, or the prefix for `list`.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    pub fn kind(&self) -> ErrorKind {
-        self.kind
-    }
-
-    pub fn detail(&self) -> &str {
-        &self.detail
-    }
-
     pub fn is_not_found(&self) -> bool {
-        self.kind == ErrorKind::NotFound
+        self.kind() == ErrorKind::NotFound
     }
 
     pub fn is_precondition(&self) -> bool {
-        self.kind == ErrorKind::Precondition
+        self.kind() == ErrorKind::Precondition
     }
 
     pub fn is_ambiguous(&self) -> bool {
-        self.kind == ErrorKind::Ambiguous
-    }
-
-    /// The same failure reported with another kind (for wrappers that learn more, such as a
-    /// mutation whose failure happened after it was sent, which becomes ambiguous).
-    pub fn into_kind(mut self, kind: ErrorKind) -> Self {
-        self.kind = kind;
-        self
+        self.kind() == ErrorKind::Ambiguous
     }
 }
 

@@ -402,7 +402,7 @@ impl GcsStore {
         self.uploaded(op, key, response, &data, crc)
             .await
             .map_err(|e| match e.kind() {
-                ErrorKind::Integrity => e.into_kind(ErrorKind::Ambiguous),
+                ErrorKind::Integrity => e.with_kind(ErrorKind::Ambiguous),
                 _ => e,
             })
     }

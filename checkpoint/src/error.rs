@@ -1,119 +1,57 @@
 //! The error every checkpoint operation returns: which operation, which key, which kind.
 
-use std::fmt;
-
-/// The operation an [`Error`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Op {
-    /// Creating a new world's genesis objects.
-    Genesis,
-    /// Cold start: marker, checkpoint, root, shards, replay.
-    Load,
-    /// Applying slots after the checkpoint (replay, catch-up).
-    Replay,
-    /// Writing a checkpoint.
-    Write,
-    /// Adopting a peer's checkpoint.
-    Adopt,
-    /// Dropping old checkpoints.
-    Drop,
-    /// Reading history blocks and version bytes.
-    Read,
-    /// Decoding a stored object.
-    Decode,
-}
-
-impl Op {
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Genesis => "genesis",
-            Op::Load => "load",
-            Op::Replay => "replay",
-            Op::Write => "write",
-            Op::Adopt => "adopt",
-            Op::Drop => "drop",
-            Op::Read => "read",
-            Op::Decode => "decode",
-        }
+quire_failure::names! {
+    /// The operation an [`Error`] came from.
+    #[non_exhaustive]
+    pub enum Op {
+        /// Creating a new world's genesis objects.
+        Genesis => "genesis",
+        /// Cold start: marker, checkpoint, root, shards, replay.
+        Load => "load",
+        /// Applying slots after the checkpoint (replay, catch-up).
+        Replay => "replay",
+        /// Writing a checkpoint.
+        Write => "write",
+        /// Adopting a peer's checkpoint.
+        Adopt => "adopt",
+        /// Dropping old checkpoints.
+        Drop => "drop",
+        /// Reading history blocks and version bytes.
+        Read => "read",
+        /// Decoding a stored object.
+        Decode => "decode",
     }
 }
 
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+impl quire_failure::Subject for Op {
+    const SUBJECT: &'static str = "checkpoint";
+}
+
+quire_failure::names! {
+    /// What went wrong.
+    #[non_exhaustive]
+    pub enum ErrorKind {
+        /// Stored state is corrupt, foreign, or disagrees with the log: nothing built on it may
+        /// be served.
+        Integrity => "integrity violation",
+        /// The object store failed; [`Error::blob_kind`] says how.
+        Storage => "storage failure",
+        /// There is no world under the prefix (no marker).
+        NotFound => "not found",
+        /// The request cannot be met as asked: another world's marker, a bucket holding foreign
+        /// objects, a checkpoint this replica cannot build (it did not see the state it needs).
+        Precondition => "precondition failed",
     }
 }
 
-/// What went wrong.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// Stored state is corrupt, foreign, or disagrees with the log: nothing built on it may be
-    /// served.
-    Integrity,
-    /// The object store failed; [`Error::blob_kind`] says how.
-    Storage,
-    /// There is no world under the prefix (no marker).
-    NotFound,
-    /// The request cannot be met as asked: another world's marker, a bucket holding foreign
-    /// objects, a checkpoint this replica cannot build (it did not see the state it needs).
-    Precondition,
-}
-
-impl ErrorKind {
-    fn describe(self) -> &'static str {
-        match self {
-            ErrorKind::Integrity => "integrity violation",
-            ErrorKind::Storage => "storage failure",
-            ErrorKind::NotFound => "not found",
-            ErrorKind::Precondition => "precondition failed",
-        }
-    }
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.describe())
-    }
-}
-
-type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// A failed checkpoint operation: `checkpoint <op> "<key>": <kind>: <detail>`.
-#[derive(Debug, thiserror::Error)]
-#[error("checkpoint {op} {key:?}: {kind}{}", detail_suffix(.detail))]
-pub struct Error {
-    op: Op,
-    key: String,
-    kind: ErrorKind,
-    detail: String,
-    blob_kind: Option<quire_blob::ErrorKind>,
-    #[source]
-    source: Option<Source>,
-}
-
-fn detail_suffix(detail: &str) -> String {
-    if detail.is_empty() {
-        String::new()
-    } else {
-        format!(": {detail}")
-    }
+quire_failure::error_type! {
+    /// A failed checkpoint operation: `checkpoint <op> "<key>": <kind>: <detail>`; the extra
+    /// is what the object store reported, for storage failures.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct Error(Op, ErrorKind, Option<quire_blob::ErrorKind>);
 }
 
 impl Error {
-    /// An error of `kind` for `op` on `key`, with a human-readable detail (may be empty).
-    pub fn new(op: Op, key: impl Into<String>, kind: ErrorKind, detail: impl Into<String>) -> Self {
-        Error {
-            op,
-            key: key.into(),
-            kind,
-            detail: detail.into(),
-            blob_kind: None,
-            source: None,
-        }
-    }
-
     /// An integrity error: stored state no correct writer produced.
     pub fn integrity(op: Op, key: impl Into<String>, detail: impl Into<String>) -> Self {
         Error::new(op, key, ErrorKind::Integrity, detail)
@@ -126,9 +64,8 @@ impl Error {
             _ => ErrorKind::Storage,
         };
         let mut out = Error::new(op, err.key().to_owned(), kind, err.to_string());
-        out.blob_kind = Some(err.kind());
-        out.source = Some(Box::new(err));
-        out
+        *out.extra_mut() = Some(err.kind());
+        out.with_source(err)
     }
 
     /// A log error met while loading or replaying, keeping its key and class.
@@ -139,34 +76,17 @@ impl Error {
             _ => ErrorKind::Integrity,
         };
         let mut out = Error::new(op, err.key().to_owned(), kind, err.to_string());
-        out.blob_kind = err.blob_kind();
-        out.source = Some(Box::new(err));
-        out
-    }
-
-    pub fn op(&self) -> Op {
-        self.op
-    }
-
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    pub fn kind(&self) -> ErrorKind {
-        self.kind
-    }
-
-    pub fn detail(&self) -> &str {
-        &self.detail
+        *out.extra_mut() = err.blob_kind();
+        out.with_source(err)
     }
 
     /// For storage failures: what the object store reported.
     pub fn blob_kind(&self) -> Option<quire_blob::ErrorKind> {
-        self.blob_kind
+        *self.extra()
     }
 
     pub fn is_integrity(&self) -> bool {
-        self.kind == ErrorKind::Integrity
+        self.kind() == ErrorKind::Integrity
     }
 }
 

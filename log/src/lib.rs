@@ -67,7 +67,7 @@ pub mod tip;
 pub mod version;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{Error, ErrorKind, Op, Result};
+pub use error::{Carried, Error, ErrorKind, Op, Result};
 pub use ids::{Hash, OperationId, StoreId, Timestamp, WorldId};
 pub use model::{DocState, DocSummary, Location, RecentVersions, VersionRecord};
 pub use path::DocPath;

@@ -113,41 +113,17 @@ location = "./data"
 development_token = true
 "#;
 
-/// The operation an [`Error`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Op {
-    Load,
-    Parse,
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::Load => "load",
-            Op::Parse => "parse",
-        })
+quire_failure::names! {
+    /// The operation an [`Error`] came from.
+    #[non_exhaustive]
+    pub enum Op {
+        Load => "load",
+        Parse => "parse",
     }
 }
 
-/// What went wrong with a configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The file breaks the format or the rules; the detail names the line.
-    Invalid,
-    /// The file could not be read.
-    Io,
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ErrorKind::Invalid => "invalid",
-            ErrorKind::Io => "i/o failure",
-        })
-    }
-}
+/// What went wrong: the file breaks its rules, or could not be read or written.
+pub use crate::failure::FileKind as ErrorKind;
 
 /// A configuration failure: `config <op> "<file>": <kind>: line N: <detail>`.
 pub type Error = crate::failure::Failure<Op, ErrorKind>;

@@ -5,7 +5,6 @@
 //! checked against the served worlds at the handshake (a name no world answers to gets no
 //! certificate, so the handshake fails).
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,49 +30,21 @@ const DEVELOPMENT_LOCK_FILE: &str = "dev.lock";
 /// Names every development certificate covers besides the worlds' authorities.
 pub const LOOPBACK_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
-/// The operation a TLS [`Error`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Op {
-    LoadCertificate,
-    LoadKey,
-    Generate,
-    Write,
-    Reload,
-    Configure,
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::LoadCertificate => "load certificate",
-            Op::LoadKey => "load key",
-            Op::Generate => "generate certificate",
-            Op::Write => "write certificate",
-            Op::Reload => "reload certificate",
-            Op::Configure => "configure tls",
-        })
+quire_failure::names! {
+    /// The operation a TLS [`Error`] came from.
+    #[non_exhaustive]
+    pub enum Op {
+        LoadCertificate => "load certificate",
+        LoadKey => "load key",
+        Generate => "generate certificate",
+        Write => "write certificate",
+        Reload => "reload certificate",
+        Configure => "configure tls",
     }
 }
 
-/// What went wrong.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// A file could not be read or written.
-    Io,
-    /// A file holds no usable certificate or key, or they do not belong together.
-    Invalid,
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ErrorKind::Io => "i/o",
-            ErrorKind::Invalid => "invalid",
-        })
-    }
-}
+/// What went wrong: the file breaks its rules, or could not be read or written.
+pub use crate::failure::FileKind as ErrorKind;
 
 /// A TLS failure: `tls <op> "<key>": <kind>: <detail>`, the key being the file concerned.
 pub type Error = crate::failure::Failure<Op, ErrorKind>;
