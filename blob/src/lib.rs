@@ -60,6 +60,8 @@ mod hedged;
 mod list;
 pub mod memory;
 mod metered;
+#[cfg(any(feature = "s3", feature = "gcs"))]
+mod range;
 #[cfg(feature = "s3")]
 pub mod s3;
 mod simulated;
