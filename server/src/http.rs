@@ -592,7 +592,7 @@ pub fn mark_request(
         .decode_utf8()
         .map_err(|_| "the path is not valid UTF-8 once percent-decoded".to_owned())?
         .into_owned();
-    crate::mark::wire::validate_path(&path)?;
+    crate::mark::validate_path(&path)?;
     let mut mark = Request::new(verb, path);
     if !verb.is_write() {
         for (key, value) in query {

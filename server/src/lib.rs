@@ -2,8 +2,9 @@
 //! backend contract (`quire_backend::Store`); [`wiring`] is the one module that names a
 //! concrete backend or blob driver.
 //!
-//! - [`mark`]: the Mark protocol wire codec (requests, responses, metadata blocks, WATCH
-//!   block streams, limits).
+//! - [`mark`]: the Mark protocol: the `quire-mark` wire codec (requests, responses, metadata
+//!   blocks, WATCH block streams, limits) re-exported, and [`mark::client`], the QUIC client
+//!   the CLI and tests use (`mark://` URLs, trust choices).
 //! - [`handlers`]: transport-neutral handlers for every verb, one read view per request;
 //!   WATCH answers a stream of encoded blocks (`handlers::watch`) any transport forwards.
 //! - [`quic`]: the Mark protocol over QUIC (one request per stream, SNI chooses the world).
@@ -14,7 +15,6 @@
 //! - [`peers`]: peer hints between replicas (QUIC `mark-peer`, the shared replica
 //!   certificate, per-peer senders that coalesce per world, the listener that hands a hint
 //!   to its world's follower).
-//! - [`mark_client`]: the QUIC client the CLI and tests use (`mark://` URLs, trust choices).
 //! - [`reload`]: what SIGHUP reloads (certificates and tokens files).
 //! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
 //!   read rules) and the reloadable per-world token set.
@@ -51,7 +51,6 @@ pub mod http;
 pub mod limits;
 pub mod links;
 pub mod mark;
-pub mod mark_client;
 pub mod mcp;
 pub mod outline;
 pub mod peers;
