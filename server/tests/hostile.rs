@@ -22,10 +22,11 @@ use quire_server::auth::{
     Authorizer, Operation, PathPattern, Token, TokenHash, TokenRegistry, TokenStore,
 };
 use quire_server::handlers::World;
-use quire_server::http::{self, HttpSettings, Metrics};
+use quire_server::http::{self, HttpSettings};
 use quire_server::limits::{LimitSettings, Limiter};
 use quire_server::mark::client::{Client, MarkConnection, Trust};
 use quire_server::mark::{Request, Response, Status, Verb, WatchBlock};
+use quire_server::metrics::Metrics;
 use quire_server::quic::{self, QuicSettings};
 use quire_server::tls::ServerCertificates;
 use quire_server::worlds::Worlds;

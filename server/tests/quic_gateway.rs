@@ -14,10 +14,10 @@ use quire_server::auth::{
     Authorizer, Operation, PathPattern, Token, TokenEntrySpec, TokenHash, TokenRegistry, TokenStore,
 };
 use quire_server::handlers::World;
-use quire_server::http::Metrics;
 use quire_server::limits::{LimitSettings, Limiter};
 use quire_server::mark::client::{self as mark_client, Client, MarkConnection, Trust};
 use quire_server::mark::{MAX_BODY, MAX_REQUEST_LINE, Request, Response, Status, Verb, WatchBlock};
+use quire_server::metrics::Metrics;
 use quire_server::quic::{self, QuicSettings};
 use quire_server::reload::{ReloadFailure, reload};
 use quire_server::tls::{self, ServerCertificates};
