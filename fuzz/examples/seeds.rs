@@ -145,9 +145,7 @@ async fn world_objects() {
 
 #[cfg(feature = "server")]
 fn protocol_examples() {
-    use quire_server::mark::wire::{
-        Request, Response, Status, Verb, WatchBlock, WatchCursor, WatchEvent,
-    };
+    use quire_mark::{Request, Response, Status, Verb, WatchBlock, WatchCursor, WatchEvent};
     let requests = [
         Request::new(Verb::Fetch, "/a.md"),
         Request::new(Verb::Fetch, "/notes/").with_meta("if-none-match", "abc"),

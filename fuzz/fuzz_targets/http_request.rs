@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use quire_fuzz::fields;
 use quire_server::http::{mark_request, url_pairs, verb_for};
-use quire_server::mark::wire::Request;
+use quire_server::mark::Request;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use quire_fuzz::{Chunked, chunk_and_rest};
-use quire_server::mark::wire::{Request, RequestLimits, read_request};
+use quire_mark::{Request, RequestLimits, read_request};
 
 fuzz_target!(|data: &[u8]| {
     let Some((chunk, bytes)) = chunk_and_rest(data) else {

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use quire_fuzz::{Chunked, chunk_and_rest};
-use quire_server::mark::wire::{Response, ResponseLimits, read_response};
+use quire_mark::{Response, ResponseLimits, read_response};
 
 fuzz_target!(|data: &[u8]| {
     let Some((chunk, bytes)) = chunk_and_rest(data) else {

@@ -7,8 +7,8 @@ use libfuzzer_sys::fuzz_target;
 use quire_fuzz::fields;
 use quire_log::DocPath;
 use quire_log::metadata::{self, Metadata};
-use quire_server::mark::ErrorKind;
-use quire_server::mark::wire::{Response, Status, WatchBlock, WatchCursor, WatchEvent};
+use quire_mark::ErrorKind;
+use quire_mark::{Response, Status, WatchBlock, WatchCursor, WatchEvent};
 
 fuzz_target!(|data: &[u8]| {
     let Some(fields) = fields(data) else {

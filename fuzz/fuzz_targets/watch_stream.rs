@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use quire_fuzz::chunk_and_rest;
-use quire_server::mark::wire::{WatchBlock, WatchDecoder};
+use quire_mark::{WatchBlock, WatchDecoder};
 
 /// The blocks of `bytes` pushed `chunk` bytes at a time, up to the first error.
 fn decode(bytes: &[u8], chunk: usize) -> (Vec<WatchBlock>, bool) {

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use quire_server::mark::client::{Client, Trust};
 use quire_server::mark::{Request, Status, Verb};
-use quire_server::mark_client::{Client, Trust};
 use support::{Served, mib, quantile};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};

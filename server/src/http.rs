@@ -27,11 +27,6 @@ use axum::routing::get;
 use futures::StreamExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 use quire_log::metadata::CONTROL_KEYS;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -41,7 +36,7 @@ use tower::ServiceExt;
 
 use crate::handlers::{self, RETRY_AFTER_KEY, WatchContext};
 use crate::mark::{MAX_BODY, Request, Response, Status, Verb};
-use crate::store_metrics::StoreCollector;
+use crate::metrics::Metrics;
 use crate::worlds::Worlds;
 
 /// Request headers carrying publisher metadata: `Meta-<key>: <value>`.
@@ -111,94 +106,6 @@ pub const QUERY_KEYS: [&str; 9] = [
     "since",
     "coalesce",
 ];
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    world: String,
-    verb: String,
-    status: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VerbLabels {
-    verb: String,
-}
-
-type LatencyFamily = Family<VerbLabels, Histogram, fn() -> Histogram>;
-
-/// The gateway's Prometheus metrics.
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    requests: Family<RequestLabels, Counter>,
-    latency: LatencyFamily,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        let mut registry = Registry::default();
-        let requests = Family::<RequestLabels, Counter>::default();
-        fn latency_histogram() -> Histogram {
-            Histogram::new(exponential_buckets(0.0005, 2.0, 16))
-        }
-        let latency: LatencyFamily = Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "quire_requests",
-            "Requests answered, by world, verb and status",
-            requests.clone(),
-        );
-        registry.register(
-            "quire_request_duration_seconds",
-            "Time to answer a request, by verb",
-            latency.clone(),
-        );
-        Metrics {
-            registry,
-            requests,
-            latency,
-        }
-    }
-}
-
-impl Metrics {
-    /// The request metrics plus every world's store metrics (`crate::store_metrics`).
-    pub fn for_worlds(worlds: Arc<Worlds>) -> Metrics {
-        let mut metrics = Metrics::default();
-        metrics
-            .registry
-            .register_collector(Box::new(StoreCollector::new(worlds)));
-        metrics
-    }
-
-    /// The registry, for metrics owned elsewhere (peer hints).
-    pub fn registry_mut(&mut self) -> &mut Registry {
-        &mut self.registry
-    }
-
-    /// Records one answered request (any transport).
-    pub fn observe(&self, world: &str, verb: Verb, status: Status, started: Instant) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                world: world.to_owned(),
-                verb: verb.as_str().to_owned(),
-                status: status.as_str().to_owned(),
-            })
-            .inc();
-        self.latency
-            .get_or_create(&VerbLabels {
-                verb: verb.as_str().to_owned(),
-            })
-            .observe(started.elapsed().as_secs_f64());
-    }
-
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
-    }
-}
 
 #[derive(Clone, Debug)]
 struct Gateway {
@@ -592,7 +499,7 @@ pub fn mark_request(
         .decode_utf8()
         .map_err(|_| "the path is not valid UTF-8 once percent-decoded".to_owned())?
         .into_owned();
-    crate::mark::wire::validate_path(&path)?;
+    crate::mark::validate_path(&path)?;
     let mut mark = Request::new(verb, path);
     if !verb.is_write() {
         for (key, value) in query {

@@ -2,8 +2,9 @@
 //! backend contract (`quire_backend::Store`); [`wiring`] is the one module that names a
 //! concrete backend or blob driver.
 //!
-//! - [`mark`]: the Mark protocol wire codec (requests, responses, metadata blocks, WATCH
-//!   block streams, limits).
+//! - [`mark`]: the Mark protocol: the `quire-mark` wire codec (requests, responses, metadata
+//!   blocks, WATCH block streams, limits) re-exported, and [`mark::client`], the QUIC client
+//!   the CLI and tests use (`mark://` URLs, trust choices).
 //! - [`handlers`]: transport-neutral handlers for every verb, one read view per request;
 //!   WATCH answers a stream of encoded blocks (`handlers::watch`) any transport forwards.
 //! - [`quic`]: the Mark protocol over QUIC (one request per stream, SNI chooses the world).
@@ -14,7 +15,9 @@
 //! - [`peers`]: peer hints between replicas (QUIC `mark-peer`, the shared replica
 //!   certificate, per-peer senders that coalesce per world, the listener that hands a hint
 //!   to its world's follower).
-//! - [`mark_client`]: the QUIC client the CLI and tests use (`mark://` URLs, trust choices).
+//! - [`run`]: one server process assembled from its configuration (worlds, metrics,
+//!   certificates, listeners, SIGHUP reload, drain), handed back as a [`Running`] server;
+//!   `quire serve` is argument parsing plus this.
 //! - [`reload`]: what SIGHUP reloads (certificates and tokens files).
 //! - [`auth`]: capability tokens (generation, hashed storage, path patterns, the write and
 //!   read rules) and the reloadable per-world token set.
@@ -24,7 +27,8 @@
 //! - [`config`]: the strict TOML configuration (listeners, TLS, peers, worlds with their backend,
 //!   authorities, tokens, limits and publish policy) and the embedded default.
 //! - [`policy`]: the publish policy document and the store decorator that enforces it.
-//! - [`store_metrics`]: per-world store metrics (commit batches, slot races, blob traffic).
+//! - [`metrics`]: the Prometheus metrics every transport records (requests, latency) and
+//!   per-world store metrics (commit batches, slot races, blob traffic).
 //! - [`failure`]: the one error shape (op, key, kind, detail) of the modules above.
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
 //! - [`web`]: the pages the HTTP gateway shows a browser (documents, listings, history and
@@ -51,20 +55,22 @@ pub mod http;
 pub mod limits;
 pub mod links;
 pub mod mark;
-pub mod mark_client;
 pub mod mcp;
+pub mod metrics;
 pub mod outline;
 pub mod peers;
 pub mod policy;
+mod process;
 pub mod quic;
 pub mod reload;
 pub mod remote;
-pub mod store_metrics;
 pub mod tls;
 pub mod web;
 pub mod wiring;
 pub mod world_tools;
 pub mod worlds;
+
+pub use process::{Running, run};
 
 /// `line N: message` for a TOML error, so every file error names its line.
 pub(crate) fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {

@@ -31,9 +31,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::ListenConfig;
 use crate::handlers::{self, WatchContext, World};
-use crate::http::Metrics;
 use crate::limits::ConnectionWatches;
 use crate::mark::{RequestLimits, Response, Status, Verb, read_request_head};
+use crate::metrics::Metrics;
 use crate::tls::ServerCertificates;
 use crate::worlds::Worlds;
 

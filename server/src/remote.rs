@@ -1,5 +1,5 @@
 //! One Mark request to a Quire server over either transport, for programs that act for a
-//! user (the MCP server): `mark://` URLs go over QUIC through [`crate::mark_client`], on one
+//! user (the MCP server): `mark://` URLs go over QUIC through [`crate::mark::client`], on one
 //! connection made again when the server has closed it; `http://` and `https://` URLs go
 //! through the HTTP gateway, mapped as docs/SPEC.md's table says (verb to method and query,
 //! `auth` to a bearer header, `expected-version` and publisher metadata to headers, the
@@ -13,8 +13,8 @@ use futures::StreamExt;
 use tokio::sync::Mutex;
 
 use crate::http::{EXPECTED_VERSION_HEADER, MARK_HEADER_PREFIX, META_HEADER_PREFIX, QUERY_KEYS};
+use crate::mark::client::{self as mark_client, MarkConnection, MarkUrl, Trust};
 use crate::mark::{Request, Response, Status, Verb, WatchBlock, WatchDecoder};
-use crate::mark_client::{self, MarkConnection, MarkUrl, Trust};
 
 /// Request metadata that is neither publisher metadata nor a query key.
 const CONTROL_KEYS: [&str; 4] = [

@@ -172,7 +172,7 @@ impl Progress {
 
 /// Whether a world is opened for reading only (verify, export) or for writing (import).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub enum OpenMode {
     ReadOnly,
     Writable,
 }
@@ -184,7 +184,7 @@ pub async fn open_world(
     config: &Config,
     name: Option<&str>,
     factory: &dyn StoreFactory,
-    access: Access,
+    access: OpenMode,
 ) -> Result<(String, Arc<dyn Store>), Error> {
     let names = || {
         config
@@ -216,7 +216,7 @@ pub async fn open_world(
         },
     };
     let mut world = world.clone();
-    if access == Access::ReadOnly {
+    if access == OpenMode::ReadOnly {
         world.read_only = true;
     }
     let store = factory.open(&world).await.map_err(|error| {
@@ -880,9 +880,9 @@ pub async fn run(command: WorldCommand, factory: &dyn StoreFactory) -> anyhow::R
     let progress = Progress::Terminal;
     let (selection, access) = match &command {
         WorldCommand::Verify { selection } | WorldCommand::Export { selection, .. } => {
-            (selection, Access::ReadOnly)
+            (selection, OpenMode::ReadOnly)
         }
-        WorldCommand::Import { selection, .. } => (selection, Access::Writable),
+        WorldCommand::Import { selection, .. } => (selection, OpenMode::Writable),
     };
     let config = match &selection.config {
         Some(path) => Config::load(path)?,

@@ -3,20 +3,17 @@
 //! two replicas: a write acknowledged by one is seen at once by an exact read on the other,
 //! and reaches a WATCH open on the other.
 
-use std::sync::Arc;
-
 use quire_server::config::{BackendConfig, BucketDriver, Config};
-use quire_server::worlds::Worlds;
-use quire_server::{http, wiring};
 use reqwest::StatusCode;
 
 struct Replica {
     base: String,
     token: String,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _server: quire_server::Running,
 }
 
-/// Opens the embedded default with its bucket directory moved to `dir` and serves it.
+/// Opens the embedded default with its bucket directory moved to `dir` and serves it, as
+/// `quire serve` does, on ports of 127.0.0.1 the system picks.
 async fn replica(dir: &std::path::Path) -> Replica {
     let mut config = Config::embedded_default();
     for world in &mut config.worlds {
@@ -30,18 +27,16 @@ async fn replica(dir: &std::path::Path) -> Replica {
             }
         }
     }
-    let (worlds, tokens) = Worlds::open(&config, &wiring::Backends).await.unwrap();
-    let token = tokens[0].secret.as_str().to_owned();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(http::serve(listener, Arc::new(worlds), async {
-        let _ = stopped.await;
-    }));
+    config.listen.http = "127.0.0.1:0".parse().unwrap();
+    config.listen.quic = "127.0.0.1:0".parse().unwrap();
+    // The development certificate goes beside this (absent) file, inside `dir`.
+    let server = quire_server::run(config, Some(&dir.join("quire.toml")))
+        .await
+        .unwrap();
     Replica {
-        base,
-        token,
-        _stop: stop,
+        base: format!("http://{}", server.http),
+        token: server.development_tokens[0].secret.as_str().to_owned(),
+        _server: server,
     }
 }
 

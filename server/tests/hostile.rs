@@ -15,17 +15,15 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quire_backend::file::{FileOptions, FileStore};
+use quire_backend::file::FileOptions;
 use quire_backend::{Ctx, Store, WriteRequest};
 use quire_log::Hash;
-use quire_server::auth::{
-    Authorizer, Operation, PathPattern, Token, TokenHash, TokenRegistry, TokenStore,
-};
-use quire_server::handlers::World;
-use quire_server::http::{self, HttpSettings, Metrics};
-use quire_server::limits::{LimitSettings, Limiter};
+use quire_server::auth::{Authorizer, Operation, PathPattern};
+use quire_server::http::{self, HttpSettings};
+use quire_server::limits::LimitSettings;
+use quire_server::mark::client::{Client, MarkConnection, Trust};
 use quire_server::mark::{Request, Response, Status, Verb, WatchBlock};
-use quire_server::mark_client::{Client, MarkConnection, Trust};
+use quire_server::metrics::Metrics;
 use quire_server::quic::{self, QuicSettings};
 use quire_server::tls::ServerCertificates;
 use quire_server::worlds::Worlds;
@@ -60,6 +58,8 @@ impl Answer {
     }
 }
 
+mod common;
+
 struct Server {
     http: SocketAddr,
     quic: SocketAddr,
@@ -71,59 +71,39 @@ struct Server {
     _stop: tokio::sync::watch::Sender<bool>,
 }
 
-fn tokens() -> TokenStore {
-    TokenStore::new([
-        Token::new(
-            "writer",
-            TokenHash::of_secret(WRITER),
-            [Operation::Publish],
-            [PathPattern::parse("/**").unwrap()],
-            None,
-        ),
-        Token::new(
+fn tokens() -> Authorizer {
+    common::authorizer([
+        common::token("writer", WRITER, &[Operation::Publish], &["/**"]),
+        common::token(
             "other-writer",
-            TokenHash::of_secret(OTHER_WRITER),
-            [Operation::Publish],
-            [PathPattern::parse("/**").unwrap()],
-            None,
+            OTHER_WRITER,
+            &[Operation::Publish],
+            &["/**"],
         ),
-        Token::new(
+        common::token(
             "notes-reader",
-            TokenHash::of_secret(NOTES_READER),
-            [Operation::Read],
-            [PathPattern::parse("/notes/*.md").unwrap()],
-            None,
+            NOTES_READER,
+            &[Operation::Read],
+            &["/notes/*.md"],
         ),
-        Token::new(
+        common::token(
             "private-reader",
-            TokenHash::of_secret(PRIVATE_READER),
-            [Operation::Read],
-            [PathPattern::parse("/private/**").unwrap()],
-            None,
+            PRIVATE_READER,
+            &[Operation::Read],
+            &["/private/**"],
         ),
     ])
-    .unwrap()
 }
 
 async fn start(limits: LimitSettings, http_settings: HttpSettings) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let options = FileOptions {
-        durable: false,
         change_ring: 64,
         ..FileOptions::default()
     };
-    let store: Arc<dyn Store> = Arc::new(
-        FileStore::open(dir.path().join("world"), options)
-            .await
-            .unwrap(),
-    );
-    let world = World {
-        name: "test".into(),
-        store: store.clone(),
-        auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens())))),
-        limiter: Limiter::new(limits),
-        read_only: false,
-    };
+    let world =
+        common::file_world("test", &dir.path().join("world"), options, tokens(), limits).await;
+    let store = world.store.clone();
     let worlds = Arc::new(Worlds::from_worlds([world]));
     let metrics = Arc::new(Metrics::default());
     let certificates = Arc::new(

@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quire_backend::file::{FileOptions, FileStore};
+use quire_backend::file::FileOptions;
 use quire_server::auth::{
     Authorizer, Operation, PathPattern, Token, TokenHash, TokenRegistry, TokenStore,
 };
@@ -19,8 +19,9 @@ use quire_server::worlds::Worlds;
 use quire_server::{http, wiring};
 use reqwest::StatusCode;
 
-const WRITER: &str = "quire_writer-secret";
-const READER: &str = "quire_reader-secret";
+mod common;
+
+use common::{READER, WRITER};
 
 struct Server {
     base: String,
@@ -38,38 +39,11 @@ impl Server {
 async fn start(limits: LimitSettings) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let options = FileOptions {
-        durable: false,
         change_ring: 4,
         ..FileOptions::default()
     };
-    let store = FileStore::open(dir.path(), options).await.unwrap();
-    let tokens = TokenStore::new([
-        Token::new(
-            "writer",
-            TokenHash::of_secret(WRITER),
-            [Operation::Publish],
-            [
-                PathPattern::parse("/docs/**").unwrap(),
-                PathPattern::parse("/private/**").unwrap(),
-            ],
-            None,
-        ),
-        Token::new(
-            "reader",
-            TokenHash::of_secret(READER),
-            [Operation::Read],
-            [PathPattern::parse("/private/**").unwrap()],
-            None,
-        ),
-    ])
-    .unwrap();
-    let world = World {
-        name: "test".into(),
-        store: Arc::new(store),
-        auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens)))),
-        limiter: Limiter::new(limits),
-        read_only: false,
-    };
+    let auth = common::writer_and_reader(&["/docs/**", "/private/**"]);
+    let world = common::file_world("test", dir.path(), options, auth, limits).await;
     serve(Worlds::from_worlds([world]), dir).await
 }
 

@@ -10,21 +10,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quire_backend::file::{FileOptions, FileStore};
-use quire_server::auth::{
-    Authorizer, Operation, PathPattern, Token, TokenEntrySpec, TokenHash, TokenRegistry, TokenStore,
-};
+use quire_server::auth::{Authorizer, Operation, TokenEntrySpec, TokenHash, TokenRegistry};
 use quire_server::handlers::World;
-use quire_server::http::Metrics;
 use quire_server::limits::{LimitSettings, Limiter};
+use quire_server::mark::client::{self as mark_client, Client, MarkConnection, Trust};
 use quire_server::mark::{MAX_BODY, MAX_REQUEST_LINE, Request, Response, Status, Verb, WatchBlock};
-use quire_server::mark_client::{self, Client, MarkConnection, Trust};
+use quire_server::metrics::Metrics;
 use quire_server::quic::{self, QuicSettings};
 use quire_server::reload::{ReloadFailure, reload};
 use quire_server::tls::{self, ServerCertificates};
 use quire_server::worlds::Worlds;
 
-const WRITER: &str = "quire_writer-secret";
-const READER: &str = "quire_reader-secret";
+mod common;
+
+use common::{READER, WRITER};
 
 struct Server {
     address: SocketAddr,
@@ -54,39 +53,11 @@ impl Server {
 }
 
 fn fixed_tokens() -> Authorizer {
-    let tokens = TokenStore::new([
-        Token::new(
-            "writer",
-            TokenHash::of_secret(WRITER),
-            [Operation::Publish],
-            [PathPattern::parse("/docs/**").unwrap()],
-            None,
-        ),
-        Token::new(
-            "reader",
-            TokenHash::of_secret(READER),
-            [Operation::Read],
-            [PathPattern::parse("/private/**").unwrap()],
-            None,
-        ),
-    ])
-    .unwrap();
-    Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens))))
+    common::writer_and_reader(&["/docs/**"])
 }
 
 async fn world(name: &str, root: &Path, auth: Authorizer, limits: LimitSettings) -> World {
-    let options = FileOptions {
-        durable: false,
-        ..FileOptions::default()
-    };
-    let store = FileStore::open(root.join(name), options).await.unwrap();
-    World {
-        name: name.into(),
-        store: Arc::new(store),
-        auth,
-        limiter: Limiter::new(limits),
-        read_only: false,
-    }
+    common::file_world(name, &root.join(name), FileOptions::default(), auth, limits).await
 }
 
 /// Serves `worlds` (each under its name) with a development certificate for their names.

@@ -11,7 +11,7 @@ use quire_backend::{Ctx, Store};
 use quire_server::config::Config;
 use quire_server::wiring;
 use quire_server::world_tools::{
-    self, Access, ErrorKind, ExportOptions, Progress, export, import, open_world, verify,
+    self, ErrorKind, ExportOptions, OpenMode, Progress, export, import, open_world, verify,
 };
 
 const WORLD_ID: &str = "0b5e7f2a-4c1d-4e8f-9a3b-2d6c8e1f0a47";
@@ -31,7 +31,7 @@ world_id = "{WORLD_ID}"
     )
 }
 
-async fn open(bucket: &Path, access: Access) -> Arc<dyn Store> {
+async fn open(bucket: &Path, access: OpenMode) -> Arc<dyn Store> {
     let config = Config::parse(&config_text(bucket), "test").unwrap();
     let (name, store) = open_world(&config, None, &wiring::Backends, access)
         .await
@@ -98,7 +98,7 @@ async fn import_then_export_gives_back_the_same_files() {
     };
     assert_eq!(expected.len(), 4);
 
-    let store = open(bucket.path(), Access::Writable).await;
+    let store = open(bucket.path(), OpenMode::Writable).await;
     let report = import(&store, source.path(), Progress::Hidden)
         .await
         .unwrap();
@@ -122,7 +122,7 @@ async fn import_then_export_gives_back_the_same_files() {
     view.close();
     store.close().await;
 
-    let store = open(bucket.path(), Access::ReadOnly).await;
+    let store = open(bucket.path(), OpenMode::ReadOnly).await;
     let out = tempfile::tempdir().unwrap();
     let target = out.path().join("export");
     let report = verify(store.as_ref(), Progress::Hidden).await.unwrap();
@@ -166,7 +166,7 @@ async fn import_is_idempotent_and_exports_every_version() {
     sample_tree(source.path());
     write(source.path(), "broken.md", "---\nversion: 9\n---\nbody\n");
     write(source.path(), "empty.md", "");
-    let store = open(bucket.path(), Access::Writable).await;
+    let store = open(bucket.path(), OpenMode::Writable).await;
 
     let first = import(&store, source.path(), Progress::Hidden)
         .await
@@ -246,14 +246,14 @@ async fn verify_passes_on_a_healthy_world_and_names_a_damaged_document() {
     // Large enough to be kept as its own blob rather than inside a log slot.
     let big = format!("# Big\n\n{}\n", "lorem ipsum ".repeat(2000));
     write(source.path(), "archive/big.md", &big);
-    let store = open(bucket.path(), Access::Writable).await;
+    let store = open(bucket.path(), OpenMode::Writable).await;
     let imported = import(&store, source.path(), Progress::Hidden)
         .await
         .unwrap();
     assert_eq!(imported.created, 5);
     store.close().await;
 
-    let store = open(bucket.path(), Access::ReadOnly).await;
+    let store = open(bucket.path(), OpenMode::ReadOnly).await;
     let healthy = verify(store.as_ref(), Progress::Hidden).await.unwrap();
     assert!(healthy.is_healthy(), "{healthy:?}");
     assert_eq!((healthy.documents, healthy.versions), (5, 5));
@@ -266,7 +266,7 @@ async fn verify_passes_on_a_healthy_world_and_names_a_damaged_document() {
     bytes[last] ^= 0x20;
     std::fs::write(&blobs[0], bytes).unwrap();
 
-    let store = open(bucket.path(), Access::ReadOnly).await;
+    let store = open(bucket.path(), OpenMode::ReadOnly).await;
     let damaged = verify(store.as_ref(), Progress::Hidden).await.unwrap();
     assert!(!damaged.is_healthy());
     assert_eq!(damaged.documents, 5);
@@ -300,9 +300,14 @@ async fn verify_passes_on_a_healthy_world_and_names_a_damaged_document() {
 async fn an_unknown_world_is_refused_by_name() {
     let bucket = tempfile::tempdir().unwrap();
     let config = Config::parse(&config_text(bucket.path()), "test").unwrap();
-    let error = open_world(&config, Some("other"), &wiring::Backends, Access::ReadOnly)
-        .await
-        .unwrap_err();
+    let error = open_world(
+        &config,
+        Some("other"),
+        &wiring::Backends,
+        OpenMode::ReadOnly,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(error.kind(), world_tools::ErrorKind::UnknownWorld);
     assert_eq!(error.key(), "other");
     assert!(error.to_string().contains("notes"), "{error}");
@@ -313,7 +318,7 @@ async fn archived_documents_are_verified_and_exported_only_when_asked() {
     let bucket = tempfile::tempdir().unwrap();
     let source = tempfile::tempdir().unwrap();
     sample_tree(source.path());
-    let store = open(bucket.path(), Access::Writable).await;
+    let store = open(bucket.path(), OpenMode::Writable).await;
     import(&store, source.path(), Progress::Hidden)
         .await
         .unwrap();
@@ -379,9 +384,14 @@ async fn the_tools_work_on_a_world_that_is_not_a_bucket_store() {
         root.path().display().to_string()
     );
     let config = Config::parse(&text, "test").unwrap();
-    let (_, store) = open_world(&config, Some("plain"), &wiring::Backends, Access::Writable)
-        .await
-        .unwrap();
+    let (_, store) = open_world(
+        &config,
+        Some("plain"),
+        &wiring::Backends,
+        OpenMode::Writable,
+    )
+    .await
+    .unwrap();
     let imported = import(&store, source.path(), Progress::Hidden)
         .await
         .unwrap();
@@ -418,7 +428,7 @@ async fn import_is_judged_by_the_worlds_publish_policy() {
         policy.display().to_string()
     );
     let config = Config::parse(&text, "test").unwrap();
-    let (_, store) = open_world(&config, None, &wiring::Backends, Access::Writable)
+    let (_, store) = open_world(&config, None, &wiring::Backends, OpenMode::Writable)
         .await
         .unwrap();
     write(
@@ -459,7 +469,7 @@ async fn export_never_writes_through_a_symbolic_link() {
     let bucket = tempfile::tempdir().unwrap();
     let source = tempfile::tempdir().unwrap();
     sample_tree(source.path());
-    let store = open(bucket.path(), Access::Writable).await;
+    let store = open(bucket.path(), OpenMode::Writable).await;
     import(&store, source.path(), Progress::Hidden)
         .await
         .unwrap();
@@ -500,7 +510,7 @@ async fn export_never_writes_through_a_symbolic_link() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_and_export_reach_documents_under_hidden_names() {
     let bucket = tempfile::tempdir().unwrap();
-    let store = open(bucket.path(), Access::Writable).await;
+    let store = open(bucket.path(), OpenMode::Writable).await;
     for (path, body) in [
         ("/notes/a.md", "# A\n"),
         ("/notes/.x.md", "# Hidden from listings\n"),
@@ -513,7 +523,7 @@ async fn verify_and_export_reach_documents_under_hidden_names() {
     }
     store.close().await;
 
-    let store = open(bucket.path(), Access::ReadOnly).await;
+    let store = open(bucket.path(), OpenMode::ReadOnly).await;
     let report = verify(store.as_ref(), Progress::Hidden).await.unwrap();
     assert!(report.is_healthy(), "{report:?}");
     assert_eq!((report.documents, report.versions), (3, 3));

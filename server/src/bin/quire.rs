@@ -7,18 +7,14 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use quire_server::auth::{Operation, TokenEntrySpec, TokenSecret};
 use quire_server::config::Config;
+use quire_server::mark::client::{self as mark_client, MarkUrl, Trust};
 use quire_server::mark::{Request as MarkRequest, Status, Verb};
-use quire_server::mark_client::{self, MarkUrl, Trust};
-use quire_server::quic::{self, QuicSettings};
-use quire_server::tls::ServerCertificates;
-use quire_server::worlds::Worlds;
-use quire_server::{http, reload, wiring, world_tools};
+use quire_server::{http, wiring, world_tools};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -356,163 +352,36 @@ async fn serve(
     if let Some(address) = quic_address {
         config.listen.quic = address;
     }
-    let peers = quire_server::peers::Peers::new();
-    let (worlds, development) = match &config.peers {
-        None => Worlds::open(&config, &wiring::Backends).await?,
-        Some(_) => {
-            let backends = wiring::HintingBackends {
-                peers: peers.clone(),
-            };
-            Worlds::open(&config, &backends).await?
-        }
-    };
-    for token in &development {
+    let beyond_loopback = config.listen.beyond_loopback();
+    let running = quire_server::run(config, config_path.as_deref()).await?;
+    for token in &running.development_tokens {
         println!(
             "development token for world {:?} (shown once): {}",
             token.world,
             token.secret.as_str()
         );
     }
-    if !development.is_empty() {
-        for (transport, address) in config.listen.beyond_loopback() {
-            let warning = format!(
+    if !running.development_tokens.is_empty() {
+        for (transport, address) in beyond_loopback {
+            eprintln!(
                 "WARNING: a world with a development token (publish everywhere) is served over {transport} on {address}, beyond this machine; anyone who sees the token can write every document"
             );
-            eprintln!("{warning}");
-            tracing::warn!("{warning}");
         }
     }
-    let worlds = Arc::new(worlds);
-    let mut metrics = http::Metrics::for_worlds(worlds.clone());
-    peers.counters().register(metrics.registry_mut());
-    let metrics = Arc::new(metrics);
-    let peer_stop = tokio_util::sync::CancellationToken::new();
-    let peer_server = match &config.peers {
-        None => None,
-        Some(peer_config) => Some(start_peers(peer_config, peers.clone(), peer_stop.clone())?),
-    };
-    let certificates = Arc::new(server_certificates(&config, config_path.as_deref())?);
-    let settings = QuicSettings::from(&config.listen);
-    let endpoint = quic::bind(&settings, &certificates, worlds.clone())
-        .with_context(|| format!("bind {} (UDP)", settings.address))?;
-    println!(
-        "serving Mark over QUIC on mark://{}",
-        endpoint.local_addr()?
-    );
-    let listener = tokio::net::TcpListener::bind(config.listen.http)
-        .await
-        .with_context(|| format!("bind {}", config.listen.http))?;
-    println!("serving HTTP on http://{}", listener.local_addr()?);
-    reload_on_hangup(worlds.clone(), certificates.clone())?;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
-    };
-    let quic_server = tokio::spawn(quic::serve(
-        endpoint,
-        worlds.clone(),
-        metrics.clone(),
-        settings.clone(),
-        until_stopped(stopped.clone()),
-    ));
-    let http_server = tokio::spawn(http::serve_with(
-        listener,
-        worlds.clone(),
-        metrics,
-        config.listen.http_settings(),
-        until_stopped(stopped),
-    ));
-    let _ = tokio::signal::ctrl_c().await;
-    let _ = stop.send(true);
-    quic_server.await?;
-    http_server.await??;
-    peer_stop.cancel();
-    if let Some(peer_server) = peer_server {
-        peer_server.await?;
+    if let Some(address) = running.peer_hints {
+        println!("serving peer hints on {address}");
     }
-    worlds.close().await;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Binds the hint listener and starts the senders; both stop when `stop` is cancelled.
-fn start_peers(
-    config: &quire_server::config::PeersConfig,
-    peers: Arc<quire_server::peers::Peers>,
-    stop: tokio_util::sync::CancellationToken,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    use quire_server::peers::{ReplicaIdentity, listener, sender};
-    let identity = ReplicaIdentity::from_files(&config.cert, &config.key)?;
-    let endpoint = listener::bind(config.listen, &identity, &peers)
-        .with_context(|| format!("bind {} (UDP, peer hints)", config.listen))?;
-    let own = endpoint.local_addr()?;
-    println!("serving peer hints on {own}");
-    let set = sender::PeerSet {
-        addresses: config.addresses.clone(),
-        dns: config.dns.clone(),
-        resolve_every: config.resolve_every,
-        own,
-    };
-    tokio::spawn(sender::run(
-        peers.clone(),
-        identity,
-        set,
-        sender::SenderSettings::default(),
-        stop.clone(),
-    ));
-    Ok(tokio::spawn(listener::serve(endpoint, peers, async move {
-        stop.cancelled().await
-    })))
-}
-
-/// The configured certificate, or a development certificate for every world's authorities
-/// written to `data/tls` beside the configuration file (or under the working directory).
-fn server_certificates(
-    config: &Config,
-    config_path: Option<&std::path::Path>,
-) -> anyhow::Result<ServerCertificates> {
-    let base = config_path
-        .and_then(std::path::Path::parent)
-        .unwrap_or(std::path::Path::new("."));
-    let development_dir = base.join("data").join("tls");
-    let names: Vec<String> = config
-        .worlds
-        .iter()
-        .flat_map(|world| world.authorities.iter().map(|a| a.as_str().to_owned()))
-        .collect();
-    let certificates =
-        ServerCertificates::from_config(config.tls.as_ref(), &development_dir, &names)?;
-    if certificates.is_development() {
+    if running.certificates.is_development() {
         println!(
             "development certificate (pin it with --ca): {}",
-            certificates.cert_path().display()
+            running.certificates.cert_path().display()
         );
     }
-    Ok(certificates)
-}
-
-/// On SIGHUP, reloads the certificates and every world's tokens file.
-#[cfg(unix)]
-fn reload_on_hangup(
-    worlds: Arc<Worlds>,
-    certificates: Arc<ServerCertificates>,
-) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hangups = signal(SignalKind::hangup()).context("listen for SIGHUP")?;
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            // Failures are logged by the reload and keep the old state.
-            let _ = reload::reload(&worlds, Some(&certificates));
-        }
-    });
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn reload_on_hangup(
-    _worlds: Arc<Worlds>,
-    _certificates: Arc<ServerCertificates>,
-) -> anyhow::Result<()> {
-    Ok(())
+    println!("serving Mark over QUIC on mark://{}", running.quic);
+    println!("serving HTTP on http://{}", running.http);
+    let _ = tokio::signal::ctrl_c().await;
+    running.shutdown().await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn token(command: TokenCommand) -> anyhow::Result<ExitCode> {

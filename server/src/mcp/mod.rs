@@ -38,8 +38,8 @@ use rmcp::{tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::mark::client::Trust;
 use crate::mark::{Request, Response, Status, Verb, WatchBlock};
-use crate::mark_client::Trust;
 use crate::remote::{Remote, RemoteWatch, WatchRefusal};
 
 /// The agent manifest `discover` reads.

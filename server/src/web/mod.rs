@@ -76,7 +76,7 @@ pub async fn respond(
         ASSET_STYLE => return Some(asset(STYLE, "text/css; charset=utf-8")),
         _ => {}
     }
-    crate::mark::wire::validate_path(&path).ok()?;
+    crate::mark::validate_path(&path).ok()?;
     let watching = has(query, "watch");
     if watching && accepts(headers, sse::EVENT_STREAM) && *method == Method::GET {
         return Some(

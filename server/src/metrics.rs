@@ -1,9 +1,14 @@
-//! Per-world store metrics, read from each store's [`Store::stats`](quire_backend::Store::stats)
-//! at every scrape: commit batch sizes, slot races, blob requests and bytes. A store that
-//! does not report a part (a file store commits no slots) shows none of its series.
+//! The server's Prometheus metrics, shared by every transport: the requests answered (by
+//! world, verb and status) and their latency, recorded by the QUIC listener and the HTTP
+//! gateway alike ([`Metrics`]), plus per-world store metrics ([`StoreCollector`]), read from
+//! each store's [`Store::stats`](quire_backend::Store::stats) at every scrape: commit batch
+//! sizes, slot races, blob requests and bytes. A store that does not report a part (a file
+//! store commits no slots) shows none of its series.
 //!
 //! | metric | type | labels |
 //! | --- | --- | --- |
+//! | `quire_requests` | requests answered | `world`, `verb`, `status` |
+//! | `quire_request_duration_seconds` | histogram of the time to answer | `verb` |
 //! | `quire_commit_batch_size` | histogram of writes per committed slot | `world` |
 //! | `quire_commit_slots_won_total` | slot creates won | `world` |
 //! | `quire_commit_slot_races_lost_total` | slot races lost to another store | `world` |
@@ -17,13 +22,107 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
 use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 use quire_backend::StoreStats;
 
+use crate::mark::{Status, Verb};
 use crate::worlds::Worlds;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    world: String,
+    verb: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabels {
+    verb: String,
+}
+
+type LatencyFamily = Family<VerbLabels, Histogram, fn() -> Histogram>;
+
+/// The gateway's Prometheus metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: LatencyFamily,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        fn latency_histogram() -> Histogram {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+        }
+        let latency: LatencyFamily = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "quire_requests",
+            "Requests answered, by world, verb and status",
+            requests.clone(),
+        );
+        registry.register(
+            "quire_request_duration_seconds",
+            "Time to answer a request, by verb",
+            latency.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            latency,
+        }
+    }
+}
+
+impl Metrics {
+    /// The request metrics plus every world's store metrics ([`StoreCollector`]).
+    pub fn for_worlds(worlds: Arc<Worlds>) -> Metrics {
+        let mut metrics = Metrics::default();
+        metrics
+            .registry
+            .register_collector(Box::new(StoreCollector::new(worlds)));
+        metrics
+    }
+
+    /// The registry, for metrics owned elsewhere (peer hints).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// Records one answered request (any transport).
+    pub fn observe(&self, world: &str, verb: Verb, status: Status, started: Instant) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                world: world.to_owned(),
+                verb: verb.as_str().to_owned(),
+                status: status.as_str().to_owned(),
+            })
+            .inc();
+        self.latency
+            .get_or_create(&VerbLabels {
+                verb: verb.as_str().to_owned(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
 
 /// Upper bounds of the batch-size histogram (a slot holds at most a few hundred writes).
 const BATCH_BUCKETS: [f64; 8] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
