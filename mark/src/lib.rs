@@ -77,7 +77,7 @@
 //! - `watch`: [`WatchBlock`], [`WatchCursor`], [`WatchDecoder`], [`read_watch_block`].
 //!
 //! The crate knows bytes only: no transport, no handler, no storage. It depends on `bytes`,
-//! `tokio`'s I/O traits (for the async readers) and `thiserror`.
+//! `tokio`'s I/O traits (for the async readers) and `quire-failure` (the error shape).
 
 mod error;
 mod message;

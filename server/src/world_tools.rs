@@ -54,49 +54,29 @@ const IMPORT_CONCURRENCY: usize = 16;
 /// The history folder an export with every version writes beside documents.
 pub const VERSIONS_DIR: &str = "versions";
 
-/// The operation an [`Error`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Op {
-    Open,
-    Verify,
-    Export,
-    Import,
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::Open => "open",
-            Op::Verify => "verify",
-            Op::Export => "export",
-            Op::Import => "import",
-        })
+quire_failure::names! {
+    /// The operation an [`Error`] came from.
+    #[non_exhaustive]
+    pub enum Op {
+        Open => "open",
+        Verify => "verify",
+        Export => "export",
+        Import => "import",
     }
 }
 
-/// What stopped a world tool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// No such world in the configuration, or no world named when there are several.
-    UnknownWorld,
-    /// The world refused or failed an operation.
-    Store,
-    /// A local file or folder could not be read or written.
-    Io,
-    /// The export folder holds files and `--force` was not given.
-    NotEmpty,
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ErrorKind::UnknownWorld => "unknown world",
-            ErrorKind::Store => "store failure",
-            ErrorKind::Io => "i/o failure",
-            ErrorKind::NotEmpty => "folder not empty",
-        })
+quire_failure::names! {
+    /// What stopped a world tool.
+    #[non_exhaustive]
+    pub enum ErrorKind {
+        /// No such world in the configuration, or no world named when there are several.
+        UnknownWorld => "unknown world",
+        /// The world refused or failed an operation.
+        Store => "store failure",
+        /// A local file or folder could not be read or written.
+        Io => "i/o failure",
+        /// The export folder holds files and `--force` was not given.
+        NotEmpty => "folder not empty",
     }
 }
 

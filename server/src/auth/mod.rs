@@ -81,43 +81,18 @@ pub use secret::{HASH_PREFIX, TOKEN_PREFIX, TokenHash, TokenSecret};
 /// A path every reader may fetch, whatever the tokens say.
 pub const AGENT_MANIFEST_PATH: &str = "/.well-known/agent-manifest.md";
 
-/// The operation an [`Error`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Op {
-    Load,
-    Reload,
-    Generate,
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::Load => "load",
-            Op::Reload => "reload",
-            Op::Generate => "generate",
-        })
+quire_failure::names! {
+    /// The operation an [`Error`] came from.
+    #[non_exhaustive]
+    pub enum Op {
+        Load => "load",
+        Reload => "reload",
+        Generate => "generate",
     }
 }
 
-/// What went wrong with tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The tokens file breaks the format or the rules.
-    Invalid,
-    /// The file or the random source could not be read.
-    Io,
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ErrorKind::Invalid => "invalid",
-            ErrorKind::Io => "i/o failure",
-        })
-    }
-}
+/// What went wrong: the file breaks its rules, or could not be read or written.
+pub use crate::failure::FileKind as ErrorKind;
 
 /// A tokens failure: `tokens <op> "<key>": <kind>: <detail>`; the key is the file path.
 pub type Error = crate::failure::Failure<Op, ErrorKind>;

@@ -25,48 +25,28 @@ pub const DEFAULT_PORT: u16 = 6309;
 /// The URL scheme of the Mark protocol.
 pub const SCHEME: &str = "mark://";
 
-/// The operation a client [`Error`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Op {
-    ParseUrl,
-    LoadTrust,
-    Configure,
-    Connect,
-    Request,
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::ParseUrl => "parse url",
-            Op::LoadTrust => "load trust",
-            Op::Configure => "configure",
-            Op::Connect => "connect",
-            Op::Request => "request",
-        })
+quire_failure::names! {
+    /// The operation a client [`Error`] came from.
+    #[non_exhaustive]
+    pub enum Op {
+        ParseUrl => "parse url",
+        LoadTrust => "load trust",
+        Configure => "configure",
+        Connect => "connect",
+        Request => "request",
     }
 }
 
-/// What went wrong.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The URL or a trust file is not usable.
-    Invalid,
-    /// The connection could not be made or was lost (this includes a refused handshake).
-    Connection,
-    /// The server's answer broke the protocol.
-    Protocol,
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ErrorKind::Invalid => "invalid",
-            ErrorKind::Connection => "connection",
-            ErrorKind::Protocol => "protocol",
-        })
+quire_failure::names! {
+    /// What went wrong.
+    #[non_exhaustive]
+    pub enum ErrorKind {
+        /// The URL or a trust file is not usable.
+        Invalid => "invalid",
+        /// The connection could not be made or was lost (this includes a refused handshake).
+        Connection => "connection",
+        /// The server's answer broke the protocol.
+        Protocol => "protocol",
     }
 }
 
