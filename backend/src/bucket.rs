@@ -71,8 +71,7 @@ use quire_checkpoint::{Compactor, OpenOptions, Policy, Replica, Step};
 use quire_log::build::{Mutation, PreparedWrite};
 use quire_log::commit::{self, CommittedHook, Committer, CommitterConfig, Folded};
 use quire_log::{
-    Clock, DocPath, DocState, Location, StoreId, SystemClock, VersionRecord, WorldId, WorldState,
-    keys, tip,
+    Clock, DocPath, DocState, StoreId, SystemClock, VersionRecord, WorldId, WorldState, keys, tip,
 };
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -287,21 +286,10 @@ impl SnapshotSource for BucketSource {
         record: &VersionRecord,
     ) -> Result<Bytes> {
         let shared = &self.0;
-        let read = match record.location {
-            Location::Inline { slot, offset } => {
-                // Always the bucket, never the ring of recent slots: this is what chain
-                // verification checks, so it must be what is stored.
-                let key = keys::slot_key(&shared.prefix, slot);
-                shared
-                    .blobs
-                    .get_range(&key, offset..offset + record.size)
-                    .await
-            }
-            Location::Blob => {
-                let key = keys::blob_key(&shared.prefix, &record.hash);
-                shared.blobs.get(&key).await.map(|o| o.data)
-            }
-        };
+        // Always the bucket, never the ring of recent slots: this is what chain verification
+        // checks, so it must be what is stored.
+        let read =
+            quire_log::version::version_bytes(shared.blobs.as_ref(), &shared.prefix, record).await;
         read.map_err(|e| {
             let kind = if e.is_not_found() {
                 ErrorKind::Integrity

@@ -182,7 +182,7 @@ async fn ambiguous_creates_that_landed_are_wins() {
     assert!(state == c.state());
     let doc = state.doc(&DocPath::parse("/big.md").unwrap()).unwrap();
     assert_eq!(doc.head.location, quire_log::Location::Blob);
-    let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, &doc.head)
+    let bytes = quire_log::version::read_version(memory.as_ref(), PREFIX, &doc.head)
         .await
         .unwrap();
     let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
@@ -465,7 +465,7 @@ async fn stores_share_one_log_with(
     for (path, version, body) in &acked {
         let doc = state.doc(&DocPath::parse(path).unwrap()).unwrap();
         let record = doc.recent_version(*version).unwrap();
-        let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, record)
+        let bytes = quire_log::version::read_version(memory.as_ref(), PREFIX, record)
             .await
             .unwrap();
         let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
@@ -700,7 +700,7 @@ async fn queued_appends_warm_their_document_once() {
     );
     let state = replayed(memory.as_ref()).await;
     let doc = state.doc(&DocPath::parse("/log.md").unwrap()).unwrap();
-    let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, &doc.head)
+    let bytes = quire_log::version::read_version(memory.as_ref(), PREFIX, &doc.head)
         .await
         .unwrap();
     let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
@@ -756,7 +756,7 @@ async fn appends_chain_on_versions_still_in_the_pipeline() {
     );
     let state = replayed(memory.as_ref()).await;
     let doc = state.doc(&DocPath::parse("/a.md").unwrap()).unwrap();
-    let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, &doc.head)
+    let bytes = quire_log::version::read_version(memory.as_ref(), PREFIX, &doc.head)
         .await
         .unwrap();
     let body = quire_log::version::StoredVersion::decode(&bytes)

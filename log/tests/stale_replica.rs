@@ -19,7 +19,8 @@ use futures::future::join_all;
 use quire_blob::memory::MemoryStore;
 use quire_blob::{Attributes, BlobStore, Generation, ListPage, Metered, Object};
 use quire_log::build::Mutation;
-use quire_log::commit::{Committer, read_version};
+use quire_log::commit::Committer;
+use quire_log::version::read_version;
 use quire_log::{DocPath, ErrorKind, WorldState};
 
 fn append(path: &str, expected: u64, body: &str) -> Mutation {
