@@ -67,7 +67,7 @@ use bytes::Bytes;
 use quire_blob::{BlobStore, Metered};
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::genesis::{Joined, join_or_create_world};
-use quire_checkpoint::{Compactor, OpenOptions, Policy, Replica, Step};
+use quire_checkpoint::{CompactionPolicy, Compactor, OpenOptions, Replica, Step};
 use quire_log::build::{Mutation, PreparedWrite};
 use quire_log::commit::{self, CommittedHook, Committer, CommitterConfig, Folded};
 use quire_log::{
@@ -107,7 +107,7 @@ pub struct BucketOptions {
     /// The most distinct documents (0: unlimited).
     pub max_documents: u64,
     /// When checkpoints are written; `None` runs no compactor.
-    pub compaction: Option<Policy>,
+    pub compaction: Option<CompactionPolicy>,
     /// How often the compactor looks (plus the policy's random delay).
     pub compact_every: Duration,
     /// Sees every sequence this store's committer learned the log reached.
@@ -138,7 +138,7 @@ impl Default for BucketOptions {
             clock: Arc::new(SystemClock),
             read_only: false,
             max_documents: 0,
-            compaction: Some(Policy::default()),
+            compaction: Some(CompactionPolicy::default()),
             compact_every: Duration::from_secs(10),
             on_committed: None,
             seed: rand::random(),
@@ -347,7 +347,7 @@ struct Capture {
 }
 
 #[async_trait]
-impl commit::Precondition for Capture {
+impl commit::CommitCheck for Capture {
     async fn check(
         &self,
         state: &WorldState,
@@ -619,7 +619,7 @@ impl BucketStore {
             inner: precondition.map(|p| LogPrecondition::new(p, inner.source.clone(), ctx.clone())),
             passed: Mutex::new(None),
         });
-        let mut request = commit::WriteRequest::new(mutation);
+        let mut request = commit::CommitRequest::new(mutation);
         // The committer judges the deadline: still queued → canceled, nothing stored; being
         // committed → outcome unknown. A submitted write is never abandoned half-way, so a
         // cancellation after this point does not cut it short.
@@ -752,7 +752,7 @@ async fn learned_changed(
 fn start_compactor(
     mut replica: Replica,
     committer: Option<Committer>,
-    policy: Policy,
+    policy: CompactionPolicy,
     options: &BucketOptions,
     search: BodySearch,
 ) -> Compaction {

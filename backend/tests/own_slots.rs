@@ -13,7 +13,7 @@ use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::{ChangeSource, Ctx, Store, WriteRequest};
 use quire_blob::memory::MemoryStore;
 use quire_blob::{Attributes, BlobStore, Generation, ListPage, Metered, Object};
-use quire_checkpoint::{Policy, Step};
+use quire_checkpoint::{CompactionPolicy, Step};
 use quire_log::{ManualClock, StoreId, Timestamp, keys, tip};
 
 const PREFIX: &str = "w/";
@@ -113,7 +113,11 @@ impl BlobStore for Recorder {
     }
 }
 
-fn options(store: StoreId, compaction: Option<Policy>, change_ring: usize) -> BucketOptions {
+fn options(
+    store: StoreId,
+    compaction: Option<CompactionPolicy>,
+    change_ring: usize,
+) -> BucketOptions {
     BucketOptions {
         prefix: PREFIX.into(),
         clock: Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
@@ -127,11 +131,11 @@ fn options(store: StoreId, compaction: Option<Policy>, change_ring: usize) -> Bu
 }
 
 /// Checkpoints whatever slot is pending at each step, without a delay.
-fn eager() -> Policy {
-    Policy {
+fn eager() -> CompactionPolicy {
+    CompactionPolicy {
         slots: 1,
         max_delay: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     }
 }
 

@@ -17,7 +17,7 @@ use quire_backend::{
 
 use quire_blob::memory::MemoryStore;
 use quire_blob::{Attributes, BlobStore, Generation, ListPage, Object};
-use quire_checkpoint::{Policy, Step};
+use quire_checkpoint::{CompactionPolicy, Step};
 use quire_log::{ManualClock, Timestamp};
 
 /// Counts reads of document bodies (`blobs/` keys).
@@ -171,10 +171,10 @@ async fn writer_with_a_copy(blobs: Arc<dyn BlobStore>) -> BucketStore {
     let writer = BucketStore::open(
         blobs,
         BucketOptions {
-            compaction: Some(Policy {
+            compaction: Some(CompactionPolicy {
                 slots: 4,
                 max_delay: Duration::ZERO,
-                ..Policy::default()
+                ..CompactionPolicy::default()
             }),
             compact_every: Duration::from_secs(5),
             ..options()

@@ -12,7 +12,7 @@ use quire_blob::{BlobStore, Fault, FaultRule, Op as BlobOp, Simulated};
 use quire_checkpoint::drop::drop_old;
 use quire_checkpoint::keys::{root_key, shard_key};
 use quire_checkpoint::objects::{Fence, Put, put};
-use quire_checkpoint::{Compactor, Op, OpenOptions, Policy, Replica, Step, state_digest};
+use quire_checkpoint::{CompactionPolicy, Compactor, Op, OpenOptions, Replica, Step, state_digest};
 use quire_log::marker::GENESIS_SEQUENCE;
 use quire_log::{Hash, ManualClock, Timestamp};
 
@@ -431,10 +431,10 @@ async fn the_compactor_writes_adopts_and_defers() {
     let mut b = Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap();
-    let policy = Policy {
+    let policy = CompactionPolicy {
         slots: 4,
         max_delay: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     };
     let mut ca = Compactor::new(policy.clone(), clock.clone(), 1);
     let mut cb = Compactor::new(policy, clock.clone(), 2);
@@ -519,10 +519,10 @@ async fn a_peer_checkpoint_stamped_ahead_defers_only_for_the_policy() {
     let mut ours = Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap();
-    let policy = Policy {
+    let policy = CompactionPolicy {
         slots: 2,
         max_delay: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     };
     let defer = policy.defer.as_secs();
     let mut compactor = Compactor::new(policy, clock.clone(), 1);

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use common::*;
 use quire_blob::BlobStore;
 use quire_checkpoint::keys::{checkpoint_key, shard_key};
-use quire_checkpoint::{Compactor, OpenOptions, Policy, Replica, Step, state_digest};
+use quire_checkpoint::{CompactionPolicy, Compactor, OpenOptions, Replica, Step, state_digest};
 use quire_log::{Hash, SystemClock};
 
 const FRESHEN: Duration = Duration::from_secs(1800);
@@ -101,13 +101,13 @@ async fn damaged_world(store: &Arc<dyn BlobStore>, damage: Damage) -> (Writer, u
     (writer, older, newest, behind)
 }
 
-fn policy() -> Policy {
-    Policy {
+fn policy() -> CompactionPolicy {
+    CompactionPolicy {
         slots: 1,
         max_delay: Duration::ZERO,
         // The older checkpoint was written a moment ago; do not defer to its writer.
         defer: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     }
 }
 

@@ -12,7 +12,7 @@ use quire_blob::{BlobStore, Op as BlobOp, Simulated};
 use quire_checkpoint::keys::checkpoint_key;
 use quire_checkpoint::objects::{Fence, Put, put};
 use quire_checkpoint::write::RUN_CAP;
-use quire_checkpoint::{Compactor, Op, OpenOptions, Policy, Replica, Step};
+use quire_checkpoint::{CompactionPolicy, Compactor, Op, OpenOptions, Replica, Step};
 use quire_log::{ManualClock, Timestamp};
 
 const FRESHEN: Duration = Duration::from_secs(1800);
@@ -92,11 +92,11 @@ async fn a_drop_after_a_write_judges_ages_by_the_buckets_clock() {
     let mut skewed = Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap();
-    let policy = Policy {
+    let policy = CompactionPolicy {
         slots: 1,
         max_delay: Duration::ZERO,
         defer: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     };
     let mut compactor = Compactor::new(policy, clock, 3);
     let Step::Written { dropped, .. } = compactor.step(&mut skewed).await.unwrap() else {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::{OpenOptions, Replica};
-use quire_log::commit::{Committer, CommitterConfig, Folded, WriteRequest};
+use quire_log::commit::{CommitRequest, Committer, CommitterConfig, Folded};
 use quire_log::{ManualClock, Timestamp};
 
 const FRESHEN: Duration = Duration::from_secs(1800);
@@ -36,7 +36,7 @@ async fn rewrite(committer: &Committer, round: usize, times: usize) {
         for d in 0..DOCS {
             let body = format!("# Doc {d}\n\nround {round} pass {t}\n");
             committer
-                .submit(WriteRequest::new(publish(&format!("/docs/{d}.md"), &body)))
+                .submit(CommitRequest::new(publish(&format!("/docs/{d}.md"), &body)))
                 .await
                 .unwrap();
         }

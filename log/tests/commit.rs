@@ -16,7 +16,7 @@ use futures::future::join_all;
 use quire_blob::BlobStore;
 use quire_blob::memory::MemoryStore;
 use quire_log::build::Mutation;
-use quire_log::commit::{Committer, Outcome, WriteRequest};
+use quire_log::commit::{CommitRequest, Committer, Outcome};
 use quire_log::{DocPath, ErrorKind, Result, WorldState};
 
 fn append(path: &str, expected: u64, body: &str) -> Mutation {
@@ -204,7 +204,7 @@ async fn expired_queued_requests_never_commit() {
     while test.held.load(Ordering::SeqCst) == 0 {
         tokio::task::yield_now().await;
     }
-    let mut late = WriteRequest::new(publish("/late.md", "2"));
+    let mut late = CommitRequest::new(publish("/late.md", "2"));
     late.deadline = Some(tokio::time::Instant::now() + Duration::from_millis(100));
     let queued = tokio::spawn({
         let c = c.clone();
@@ -598,7 +598,7 @@ async fn unapplied_failures_are_retried_and_hard_failures_answered() {
 struct NeedsTag(std::sync::atomic::AtomicUsize);
 
 #[async_trait::async_trait]
-impl quire_log::commit::Precondition for NeedsTag {
+impl quire_log::commit::CommitCheck for NeedsTag {
     async fn check(
         &self,
         state: &WorldState,
@@ -640,7 +640,7 @@ async fn preconditions_run_after_store_checks_and_again_when_the_policy_changes(
     });
     let peer = start(memory.clone(), state, 2, |_| {});
     let check = Arc::new(NeedsTag(Default::default()));
-    let with_check = |m: Mutation| WriteRequest {
+    let with_check = |m: Mutation| CommitRequest {
         mutation: m,
         deadline: None,
         precondition: Some(check.clone()),

@@ -172,7 +172,7 @@ use warm::VersionCache;
 /// pipeline: `state` records them as blobs whatever their slot will say, and the bucket may
 /// not hold them yet, so a check that reads a version looks there first.
 #[async_trait]
-pub trait Precondition: Send + Sync + fmt::Debug {
+pub trait CommitCheck: Send + Sync + fmt::Debug {
     async fn check(
         &self,
         state: &WorldState,
@@ -182,7 +182,7 @@ pub trait Precondition: Send + Sync + fmt::Debug {
 }
 
 /// The bytes of versions built in the committer's pipeline, by version hash (see
-/// [`Precondition`]): those of batches not yet confirmed, then those of confirmed ones
+/// [`CommitCheck`]): those of batches not yet confirmed, then those of confirmed ones
 /// still in the committer's version cache.
 #[derive(Clone, Default)]
 pub struct PendingVersions {
@@ -322,16 +322,16 @@ impl fmt::Debug for CommitterConfig {
 
 /// One write to commit.
 #[derive(Clone, Debug)]
-pub struct WriteRequest {
+pub struct CommitRequest {
     pub mutation: Mutation,
     /// While still queued past this instant the request is dropped, never committed.
     pub deadline: Option<Instant>,
-    pub precondition: Option<Arc<dyn Precondition>>,
+    pub precondition: Option<Arc<dyn CommitCheck>>,
 }
 
-impl WriteRequest {
+impl CommitRequest {
     pub fn new(mutation: Mutation) -> Self {
-        WriteRequest {
+        CommitRequest {
             mutation,
             deadline: None,
             precondition: None,
@@ -453,7 +453,7 @@ impl Committer {
     }
 
     /// Commits one write and answers once its slot is confirmed (or with its own error).
-    pub async fn submit(&self, request: WriteRequest) -> Result<Outcome> {
+    pub async fn submit(&self, request: CommitRequest) -> Result<Outcome> {
         let op = request.mutation.op();
         let key = request.mutation.raw_path().to_owned();
         let deadline = request.deadline;

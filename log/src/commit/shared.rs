@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::create::Latencies;
 use super::shed::Folded;
-use super::{CommitStats, CommitterConfig, Outcome, WriteRequest};
+use super::{CommitRequest, CommitStats, CommitterConfig, Outcome};
 use crate::clock::Clock;
 use crate::error::Result;
 use crate::ids::{Hash, OperationId};
@@ -28,7 +28,7 @@ pub(super) struct Pending {
     pub(super) id: OperationId,
     /// The request's place in arrival order (see [`Settled`]).
     pub(super) arrival: u64,
-    pub(super) request: WriteRequest,
+    pub(super) request: CommitRequest,
     pub(super) reply: oneshot::Sender<Result<Outcome>>,
     pub(super) ticket: Arc<AtomicU8>,
     pub(super) blind_seen: Option<Option<Hash>>,

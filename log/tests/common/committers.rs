@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use quire_blob::BlobStore;
 use quire_log::build::Mutation;
-use quire_log::commit::{Committer, CommitterConfig, Outcome, WriteRequest};
+use quire_log::commit::{Committer, CommitterConfig, Outcome, CommitRequest};
 use quire_log::{ManualClock, Result, StoreId, Timestamp, WorldState, tip};
 
 use super::WORLD;
@@ -37,7 +37,7 @@ pub fn start(
 }
 
 pub async fn submit(c: &Committer, m: Mutation) -> Result<Outcome> {
-    c.submit(WriteRequest::new(m)).await
+    c.submit(CommitRequest::new(m)).await
 }
 
 /// A publish that expects `expected` to be the current version.
