@@ -33,7 +33,7 @@ async fn open(store: &Arc<dyn BlobStore>) -> Replica {
 
 /// A world of 600 documents with seven checkpoints (zero and six written), each after a few
 /// changes.
-async fn checkpointed(store: Arc<dyn BlobStore>) -> Writer {
+async fn checkpointed(store: Arc<dyn BlobStore>) -> SlotWriter {
     checkpointed_with_laggard(store, None).await.0
 }
 
@@ -43,11 +43,11 @@ async fn checkpointed(store: Arc<dyn BlobStore>) -> Writer {
 async fn checkpointed_with_laggard(
     store: Arc<dyn BlobStore>,
     laggard_clock: Option<Arc<ManualClock>>,
-) -> (Writer, Option<Replica>) {
+) -> (SlotWriter, Option<Replica>) {
     // With a laggard every round rewrites the same two documents, so each checkpoint's top
     // shards hold versions no later checkpoint holds.
     let churn = laggard_clock.is_some();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     for chunk in 0..3 {
         let slot: Vec<_> = (0..200)
             .map(|i| publish(&format!("/d/{}.md", chunk * 200 + i), "first\n"))
@@ -415,7 +415,7 @@ async fn a_checkpoint_rewritten_during_a_drop_keeps_what_it_names_on_s3() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compactor_writes_adopts_and_defers() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     let start = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -438,7 +438,7 @@ async fn the_compactor_writes_adopts_and_defers() {
     };
     let mut ca = Compactor::new(policy.clone(), clock.clone(), 1);
     let mut cb = Compactor::new(policy, clock.clone(), 2);
-    async fn slots(writer: &mut Writer, n: usize, tag: &str) {
+    async fn slots(writer: &mut SlotWriter, n: usize, tag: &str) {
         for i in 0..n {
             writer
                 .commit(&[publish(&format!("/{tag}/{i}.md"), &format!("{tag} {i}\n"))])
@@ -507,7 +507,7 @@ async fn a_peer_checkpoint_stamped_ahead_defers_only_for_the_policy() {
     let store: Arc<dyn BlobStore> = Arc::new(quire_blob::memory::MemoryStore::with_clock(
         Arc::new(move || bucket_time),
     ));
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     let clock = Arc::new(ManualClock::new(Timestamp(start)));
     let options = OpenOptions {
         clock: clock.clone(),

@@ -55,8 +55,11 @@ async fn overwrite(store: &Arc<dyn BlobStore>, key: &str, bytes: &'static [u8]) 
 /// older does not name) and a slot after it. Returns the writer, the older checkpoint's
 /// sequence, the newest's, and a replica that rested on the older one before the newest was
 /// written.
-async fn damaged_world(store: &Arc<dyn BlobStore>, damage: Damage) -> (Writer, u64, u64, Replica) {
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+async fn damaged_world(
+    store: &Arc<dyn BlobStore>,
+    damage: Damage,
+) -> (SlotWriter, u64, u64, Replica) {
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     for chunk in 0..2 {
         let slot: Vec<_> = (0..150)
             .map(|i| publish(&format!("/d/{}.md", chunk * 150 + i), "first\n"))

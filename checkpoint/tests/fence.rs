@@ -21,7 +21,7 @@ const FRESHEN: Duration = Duration::from_secs(1800);
 async fn a_checkpoint_run_stops_at_its_cap_without_naming_anything() {
     let simulated = Arc::new(Simulated::new(memory(), 1));
     let store: Arc<dyn BlobStore> = simulated.clone();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     writer
         .commit(&[publish("/a.md", "a\n"), publish("/b.md", "b\n")])
         .await;
@@ -67,7 +67,7 @@ async fn the_fence_measures_age_when_it_writes_not_when_the_run_began() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drop_after_a_write_judges_ages_by_the_buckets_clock() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     let mut honest = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();

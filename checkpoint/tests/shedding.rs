@@ -46,14 +46,14 @@ async fn rewrite(committer: &Committer, round: usize, times: usize) {
 #[tokio::test(start_paused = true)]
 async fn a_long_running_writer_keeps_only_what_the_newest_checkpoint_does_not_hold() {
     let store = memory();
-    Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    new_world(store.clone(), DEFAULT_WIDTHS).await;
     let mut replica = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();
     let shedding = committer(&store, &replica);
     // The same workload on a committer that is never told of checkpoints.
     let control_store = memory();
-    Writer::create(control_store.clone(), DEFAULT_WIDTHS).await;
+    new_world(control_store.clone(), DEFAULT_WIDTHS).await;
     let control_replica = Replica::open(control_store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();
@@ -99,7 +99,7 @@ async fn a_long_running_writer_keeps_only_what_the_newest_checkpoint_does_not_ho
 #[tokio::test(start_paused = true)]
 async fn shedding_what_a_stale_checkpoint_holds_changes_nothing() {
     let store = memory();
-    Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    new_world(store.clone(), DEFAULT_WIDTHS).await;
     let mut replica = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();

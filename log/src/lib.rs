@@ -22,6 +22,7 @@
 //! | [`tip`] | probing the next slot name, listing fallback, replay |
 //! | [`commit`] | the group committer |
 //! | [`recent`] | the ring of slots a store created or read, which its other readers take first |
+//! | `testing` | test support behind the `testing` feature: fixtures and a slot writer |
 //!
 //! # Formats, and where they differ from the reference implementation
 //!
@@ -63,6 +64,8 @@ pub mod path;
 pub mod recent;
 pub mod slot;
 pub mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tip;
 pub mod version;
 
