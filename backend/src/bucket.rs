@@ -141,7 +141,7 @@ impl Default for BucketOptions {
             compaction: Some(CompactionPolicy::default()),
             compact_every: Duration::from_secs(10),
             on_committed: None,
-            seed: rand::random(),
+            seed: quire_log::clock::seed(),
             store: None,
             change_ring: 0,
             elapsed: Arc::new(TokioElapsed::default()),
@@ -422,11 +422,16 @@ const WORLD_CREATION_POLL: Duration = Duration::from_millis(200);
 /// Joins the world under `prefix`, creating one if the prefix is empty (see the module
 /// docs). A prefix holding this format's objects but no world yet is waited for, up to
 /// [`WORLD_CREATION_WAIT`] of tokio time.
-async fn join_world(blobs: &dyn BlobStore, prefix: &str, world: Option<WorldId>) -> Result<()> {
-    let proposed = world.unwrap_or_else(|| WorldId::random(&mut rand::rng()));
+async fn join_world(
+    blobs: &dyn BlobStore,
+    prefix: &str,
+    world: Option<WorldId>,
+    clock: &dyn Clock,
+) -> Result<()> {
+    let proposed = world.unwrap_or_else(|| WorldId::random(&mut quire_log::clock::rng()));
     let give_up = tokio::time::Instant::now() + WORLD_CREATION_WAIT;
     loop {
-        let joined = join_or_create_world(blobs, prefix, proposed, DEFAULT_WIDTHS)
+        let joined = join_or_create_world(blobs, prefix, proposed, DEFAULT_WIDTHS, clock)
             .await
             .map_err(|e| from_checkpoint(Op::Open, e))?;
         match joined {
@@ -459,7 +464,13 @@ impl BucketStore {
         let blobs: Arc<dyn BlobStore> = Arc::new(meter.clone());
         let prefix = options.prefix.clone();
         if !options.read_only {
-            join_world(blobs.as_ref(), &prefix, options.world).await?;
+            join_world(
+                blobs.as_ref(),
+                &prefix,
+                options.world,
+                options.clock.as_ref(),
+            )
+            .await?;
         }
         // A catalog read may reuse the opened state while a probe that began less than
         // SEARCH_FRESHNESS ago confirmed it: the replay below lists the log after now.
@@ -479,7 +490,7 @@ impl BucketStore {
                 prefix: prefix.clone(),
                 store: options
                     .store
-                    .unwrap_or_else(|| StoreId::random(&mut rand::rng())),
+                    .unwrap_or_else(|| StoreId::random(&mut quire_log::clock::rng())),
                 max_documents: options.max_documents,
                 seed: options.seed,
                 on_committed: options.on_committed.clone(),

@@ -1,5 +1,9 @@
 //! Dropping old checkpoints: what is kept under the grace, after a crash, reused shards, the
 //! generation fence; and the compactor's choices between writing, adopting and deferring.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the drop grace is checked against the bucket's real stamps"
+)]
 
 mod common;
 

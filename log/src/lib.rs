@@ -48,7 +48,8 @@
 //! - A slot taken from memory ([`recent::RecentSlots`]) is byte for byte the stored one: a
 //!   store publishes only slots whose create it confirmed and slots it read.
 //! - Time and randomness come from injected sources ([`Clock`], a seed), so tests are
-//!   deterministic.
+//!   deterministic; [`SystemClock`] and [`clock::seed`] are the only reads of the real ones
+//!   (the workspace `clippy.toml` enforces it).
 
 pub mod build;
 pub mod cbor;

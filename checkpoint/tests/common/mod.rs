@@ -1,6 +1,10 @@
 //! Helpers shared by the integration tests: worlds created with the log's slot writer
 //! (`quire_log::testing`), stores to run them on, and reading them back.
 #![allow(dead_code)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "unique bucket names and a settable stamping clock start from real time"
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
