@@ -26,6 +26,7 @@
 //! profiler run over the bench reports what the warm replica holds as still allocated.
 //!
 //! The machine's load is part of every figure: say what else ran.
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -67,12 +67,11 @@ use bytes::Bytes;
 use quire_blob::{BlobStore, Metered};
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::genesis::{Joined, join_or_create_world};
-use quire_checkpoint::{Compactor, OpenOptions, Policy, Replica, Step};
+use quire_checkpoint::{CompactionPolicy, Compactor, OpenOptions, Replica, Step};
 use quire_log::build::{Mutation, PreparedWrite};
 use quire_log::commit::{self, CommittedHook, Committer, CommitterConfig, Folded};
 use quire_log::{
-    Clock, DocPath, DocState, Location, StoreId, SystemClock, VersionRecord, WorldId, WorldState,
-    keys, tip,
+    Clock, DocPath, DocState, StoreId, SystemClock, VersionRecord, WorldId, WorldState, keys, tip,
 };
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -108,7 +107,7 @@ pub struct BucketOptions {
     /// The most distinct documents (0: unlimited).
     pub max_documents: u64,
     /// When checkpoints are written; `None` runs no compactor.
-    pub compaction: Option<Policy>,
+    pub compaction: Option<CompactionPolicy>,
     /// How often the compactor looks (plus the policy's random delay).
     pub compact_every: Duration,
     /// Sees every sequence this store's committer learned the log reached.
@@ -139,10 +138,10 @@ impl Default for BucketOptions {
             clock: Arc::new(SystemClock),
             read_only: false,
             max_documents: 0,
-            compaction: Some(Policy::default()),
+            compaction: Some(CompactionPolicy::default()),
             compact_every: Duration::from_secs(10),
             on_committed: None,
-            seed: rand::random(),
+            seed: quire_log::clock::seed(),
             store: None,
             change_ring: 0,
             elapsed: Arc::new(TokioElapsed::default()),
@@ -287,21 +286,10 @@ impl SnapshotSource for BucketSource {
         record: &VersionRecord,
     ) -> Result<Bytes> {
         let shared = &self.0;
-        let read = match record.location {
-            Location::Inline { slot, offset } => {
-                // Always the bucket, never the ring of recent slots: this is what chain
-                // verification checks, so it must be what is stored.
-                let key = keys::slot_key(&shared.prefix, slot);
-                shared
-                    .blobs
-                    .get_range(&key, offset..offset + record.size)
-                    .await
-            }
-            Location::Blob => {
-                let key = keys::blob_key(&shared.prefix, &record.hash);
-                shared.blobs.get(&key).await.map(|o| o.data)
-            }
-        };
+        // Always the bucket, never the ring of recent slots: this is what chain verification
+        // checks, so it must be what is stored.
+        let read =
+            quire_log::version::version_bytes(shared.blobs.as_ref(), &shared.prefix, record).await;
         read.map_err(|e| {
             let kind = if e.is_not_found() {
                 ErrorKind::Integrity
@@ -359,7 +347,7 @@ struct Capture {
 }
 
 #[async_trait]
-impl commit::Precondition for Capture {
+impl commit::CommitCheck for Capture {
     async fn check(
         &self,
         state: &WorldState,
@@ -434,11 +422,16 @@ const WORLD_CREATION_POLL: Duration = Duration::from_millis(200);
 /// Joins the world under `prefix`, creating one if the prefix is empty (see the module
 /// docs). A prefix holding this format's objects but no world yet is waited for, up to
 /// [`WORLD_CREATION_WAIT`] of tokio time.
-async fn join_world(blobs: &dyn BlobStore, prefix: &str, world: Option<WorldId>) -> Result<()> {
-    let proposed = world.unwrap_or_else(|| WorldId::random(&mut rand::rng()));
+async fn join_world(
+    blobs: &dyn BlobStore,
+    prefix: &str,
+    world: Option<WorldId>,
+    clock: &dyn Clock,
+) -> Result<()> {
+    let proposed = world.unwrap_or_else(|| WorldId::random(&mut quire_log::clock::rng()));
     let give_up = tokio::time::Instant::now() + WORLD_CREATION_WAIT;
     loop {
-        let joined = join_or_create_world(blobs, prefix, proposed, DEFAULT_WIDTHS)
+        let joined = join_or_create_world(blobs, prefix, proposed, DEFAULT_WIDTHS, clock)
             .await
             .map_err(|e| from_checkpoint(Op::Open, e))?;
         match joined {
@@ -471,7 +464,13 @@ impl BucketStore {
         let blobs: Arc<dyn BlobStore> = Arc::new(meter.clone());
         let prefix = options.prefix.clone();
         if !options.read_only {
-            join_world(blobs.as_ref(), &prefix, options.world).await?;
+            join_world(
+                blobs.as_ref(),
+                &prefix,
+                options.world,
+                options.clock.as_ref(),
+            )
+            .await?;
         }
         // A catalog read may reuse the opened state while a probe that began less than
         // SEARCH_FRESHNESS ago confirmed it: the replay below lists the log after now.
@@ -491,7 +490,7 @@ impl BucketStore {
                 prefix: prefix.clone(),
                 store: options
                     .store
-                    .unwrap_or_else(|| StoreId::random(&mut rand::rng())),
+                    .unwrap_or_else(|| StoreId::random(&mut quire_log::clock::rng())),
                 max_documents: options.max_documents,
                 seed: options.seed,
                 on_committed: options.on_committed.clone(),
@@ -631,7 +630,7 @@ impl BucketStore {
             inner: precondition.map(|p| LogPrecondition::new(p, inner.source.clone(), ctx.clone())),
             passed: Mutex::new(None),
         });
-        let mut request = commit::WriteRequest::new(mutation);
+        let mut request = commit::CommitRequest::new(mutation);
         // The committer judges the deadline: still queued → canceled, nothing stored; being
         // committed → outcome unknown. A submitted write is never abandoned half-way, so a
         // cancellation after this point does not cut it short.
@@ -764,7 +763,7 @@ async fn learned_changed(
 fn start_compactor(
     mut replica: Replica,
     committer: Option<Committer>,
-    policy: Policy,
+    policy: CompactionPolicy,
     options: &BucketOptions,
     search: BodySearch,
 ) -> Compaction {

@@ -287,6 +287,12 @@ impl IndexShelf for BucketShelf {
                 }
             }
         }
+        // Compared with the parts' modification times, which the bucket stamps by its own
+        // clock: the local wall clock is the nearest to it, as the drop grace assumes.
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "compared with the bucket's stamps"
+        )]
         let now = SystemTime::now();
         let parts = quire_blob::list_all(self.blobs.as_ref(), &self.files_dir(), "")
             .await

@@ -460,7 +460,7 @@ impl fmt::Debug for LogPrecondition {
 }
 
 #[async_trait]
-impl quire_log::commit::Precondition for LogPrecondition {
+impl quire_log::commit::CommitCheck for LogPrecondition {
     async fn check(
         &self,
         state: &WorldState,
@@ -536,7 +536,7 @@ impl SnapshotSource for WithPending {
 mod tests {
     use quire_log::WorldId;
     use quire_log::build::PreparedWrite;
-    use quire_log::commit::Precondition as _;
+    use quire_log::commit::CommitCheck as _;
 
     use super::*;
     use crate::contract::Precondition;

@@ -12,7 +12,7 @@ use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::{CatalogQuery, Ctx, Follower, SEARCH_FRESHNESS, Store, WriteRequest};
 use quire_blob::memory::MemoryStore;
 use quire_blob::{BlobStore, Metered};
-use quire_checkpoint::{Policy, Step};
+use quire_checkpoint::{CompactionPolicy, Step};
 use quire_log::{ManualClock, Timestamp};
 use tokio::sync::mpsc;
 
@@ -60,10 +60,10 @@ async fn the_compactor_checkpoints_in_the_background_and_stops_at_close() {
     let store = BucketStore::open(
         blobs.clone(),
         BucketOptions {
-            compaction: Some(Policy {
+            compaction: Some(CompactionPolicy {
                 slots: 4,
                 max_delay: Duration::ZERO,
-                ..Policy::default()
+                ..CompactionPolicy::default()
             }),
             compact_every: Duration::from_secs(5),
             ..options("w/")
@@ -102,7 +102,7 @@ async fn the_compactor_checkpoints_in_the_background_and_stops_at_close() {
     let dropped = BucketStore::open(
         blobs.clone(),
         BucketOptions {
-            compaction: Some(Policy::default()),
+            compaction: Some(CompactionPolicy::default()),
             ..options("w/")
         },
     )
@@ -453,9 +453,9 @@ async fn an_idle_world_makes_no_bucket_request_and_a_watched_one_probes_at_most_
         metered.clone(),
         BucketOptions {
             // Production values, but two slots make a checkpoint due.
-            compaction: Some(Policy {
+            compaction: Some(CompactionPolicy {
                 slots: 2,
-                ..Policy::default()
+                ..CompactionPolicy::default()
             }),
             change_ring: 16,
             ..options("w/")

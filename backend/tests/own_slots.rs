@@ -1,48 +1,45 @@
 //! A store never downloads a slot it created: its compactor and its change feed take its
 //! own slots (and the peers' slots its committer already read) from memory. Every read of
-//! the bucket goes through a recorder that keeps the key of each object read and each
-//! listing, and the blob counters of [`quire_blob::Metered`] agree.
+//! the bucket goes through a simulated store whose call logs keep the key of each object
+//! read and each listing, and the blob counters of [`quire_blob::Metered`] agree.
 
-use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::{ChangeSource, Ctx, Store, WriteRequest};
 use quire_blob::memory::MemoryStore;
-use quire_blob::{Attributes, BlobStore, Generation, ListPage, Metered, Object};
-use quire_checkpoint::{Policy, Step};
+use quire_blob::{BlobStore, Calls, Metered, Op, Simulated};
+use quire_checkpoint::{CompactionPolicy, Step};
 use quire_log::{ManualClock, StoreId, Timestamp, keys, tip};
 
 const PREFIX: &str = "w/";
 const OWN: StoreId = StoreId([1; 16]);
 const PEER: StoreId = StoreId([2; 16]);
 
-/// Records the keys of the objects a store read whole or by range (found ones only: a probe
-/// of an absent name downloads nothing) and the prefixes it listed.
-#[derive(Debug)]
+/// Records, through a simulated store, the keys of the objects a store read whole or by
+/// range (found ones only: a probe of an absent name downloads nothing) and the prefixes it
+/// listed.
 struct Recorder {
-    inner: Arc<dyn BlobStore>,
-    read: Mutex<Vec<String>>,
-    listed: Mutex<Vec<String>>,
+    store: Arc<Simulated>,
+    reads: Calls,
+    listings: Calls,
 }
 
 impl Recorder {
-    fn new(inner: Arc<dyn BlobStore>) -> Arc<Recorder> {
-        Arc::new(Recorder {
-            inner,
-            read: Mutex::default(),
-            listed: Mutex::default(),
-        })
+    fn new(inner: Arc<dyn BlobStore>) -> Recorder {
+        let store = Arc::new(Simulated::new(inner, 0));
+        Recorder {
+            reads: store.calls(&[Op::Get, Op::GetRange], ""),
+            listings: store.calls(&[Op::List], ""),
+            store,
+        }
     }
 
     /// The sequences of the slots read.
     fn slots_read(&self) -> Vec<u64> {
-        self.read
-            .lock()
-            .unwrap()
+        self.reads
+            .answered()
             .iter()
             .filter_map(|key| keys::parse_slot_key(PREFIX, key))
             .collect()
@@ -50,70 +47,15 @@ impl Recorder {
 
     fn log_listings(&self) -> usize {
         let log = keys::log_prefix(PREFIX);
-        self.listed
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|p| **p == log)
-            .count()
+        self.listings.keys().iter().filter(|p| **p == log).count()
     }
 }
 
-#[async_trait]
-impl BlobStore for Recorder {
-    async fn create(&self, key: &str, data: Bytes) -> quire_blob::Result<Attributes> {
-        self.inner.create(key, data).await
-    }
-
-    async fn get(&self, key: &str) -> quire_blob::Result<Object> {
-        let got = self.inner.get(key).await;
-        if got.is_ok() {
-            self.read.lock().unwrap().push(key.to_owned());
-        }
-        got
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> quire_blob::Result<Bytes> {
-        let got = self.inner.get_range(key, range).await;
-        if got.is_ok() {
-            self.read.lock().unwrap().push(key.to_owned());
-        }
-        got
-    }
-
-    async fn head(&self, key: &str) -> quire_blob::Result<Attributes> {
-        self.inner.head(key).await
-    }
-
-    async fn replace(
-        &self,
-        key: &str,
-        generation: &Generation,
-        data: Bytes,
-    ) -> quire_blob::Result<Attributes> {
-        self.inner.replace(key, generation, data).await
-    }
-
-    async fn delete(&self, key: &str, generation: &Generation) -> quire_blob::Result<()> {
-        self.inner.delete(key, generation).await
-    }
-
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        cursor: Option<&str>,
-    ) -> quire_blob::Result<ListPage> {
-        self.listed.lock().unwrap().push(prefix.to_owned());
-        self.inner.list(prefix, start_after, cursor).await
-    }
-
-    fn unique_generations(&self) -> bool {
-        self.inner.unique_generations()
-    }
-}
-
-fn options(store: StoreId, compaction: Option<Policy>, change_ring: usize) -> BucketOptions {
+fn options(
+    store: StoreId,
+    compaction: Option<CompactionPolicy>,
+    change_ring: usize,
+) -> BucketOptions {
     BucketOptions {
         prefix: PREFIX.into(),
         clock: Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
@@ -127,11 +69,11 @@ fn options(store: StoreId, compaction: Option<Policy>, change_ring: usize) -> Bu
 }
 
 /// Checkpoints whatever slot is pending at each step, without a delay.
-fn eager() -> Policy {
-    Policy {
+fn eager() -> CompactionPolicy {
+    CompactionPolicy {
         slots: 1,
         max_delay: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     }
 }
 
@@ -172,7 +114,7 @@ async fn writers(bucket: &dyn BlobStore) -> Vec<(u64, StoreId)> {
 async fn a_lone_store_reads_none_of_its_slots_back() {
     let bucket: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
     let recorder = Recorder::new(bucket.clone());
-    let metered = Metered::new(recorder.clone());
+    let metered = Metered::new(recorder.store.clone());
     let store = BucketStore::open(Arc::new(metered.clone()), options(OWN, Some(eager()), 64))
         .await
         .unwrap();
@@ -223,7 +165,7 @@ async fn a_lone_store_reads_none_of_its_slots_back() {
 async fn with_a_peer_writing_only_the_peers_slots_are_read() {
     let bucket: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
     let recorder = Recorder::new(bucket.clone());
-    let store = BucketStore::open(recorder.clone(), options(OWN, Some(eager()), 64))
+    let store = BucketStore::open(recorder.store.clone(), options(OWN, Some(eager()), 64))
         .await
         .unwrap();
     let peer = BucketStore::open(bucket.clone(), options(PEER, None, 0))

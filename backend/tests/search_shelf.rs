@@ -3,11 +3,9 @@
 //! since), never trusted when damaged or missing (a rebuild), and collected with the
 //! checkpoints. Time is tokio's paused clock.
 
-use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::{
@@ -16,68 +14,27 @@ use quire_backend::{
 };
 
 use quire_blob::memory::MemoryStore;
-use quire_blob::{Attributes, BlobStore, Generation, ListPage, Object};
-use quire_checkpoint::{Policy, Step};
+use quire_blob::{BlobStore, Calls, Op, Simulated};
+use quire_checkpoint::{CompactionPolicy, Step};
 use quire_log::{ManualClock, Timestamp};
 
-/// Counts reads of document bodies (`blobs/` keys).
-#[derive(Debug)]
+/// Counts reads of document bodies (`blobs/` keys) through a simulated store.
 struct Counting {
-    inner: Arc<dyn BlobStore>,
-    body_reads: Mutex<u64>,
+    store: Arc<Simulated>,
+    body: Calls,
 }
 
 impl Counting {
-    fn new(inner: Arc<dyn BlobStore>) -> Arc<Counting> {
-        Arc::new(Counting {
-            inner,
-            body_reads: Mutex::new(0),
-        })
+    fn new(inner: Arc<dyn BlobStore>) -> Counting {
+        let store = Arc::new(Simulated::new(inner, 0));
+        Counting {
+            body: store.calls(&[Op::Get, Op::GetRange], "w/blobs/"),
+            store,
+        }
     }
 
     fn body_reads(&self) -> u64 {
-        *self.body_reads.lock().unwrap()
-    }
-}
-
-#[async_trait]
-impl BlobStore for Counting {
-    async fn create(&self, key: &str, data: Bytes) -> quire_blob::Result<Attributes> {
-        self.inner.create(key, data).await
-    }
-    async fn get(&self, key: &str) -> quire_blob::Result<Object> {
-        if key.contains("/blobs/") {
-            *self.body_reads.lock().unwrap() += 1;
-        }
-        self.inner.get(key).await
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> quire_blob::Result<Bytes> {
-        if key.contains("/blobs/") {
-            *self.body_reads.lock().unwrap() += 1;
-        }
-        self.inner.get_range(key, range).await
-    }
-    async fn head(&self, key: &str) -> quire_blob::Result<Attributes> {
-        self.inner.head(key).await
-    }
-    async fn replace(
-        &self,
-        key: &str,
-        generation: &Generation,
-        data: Bytes,
-    ) -> quire_blob::Result<Attributes> {
-        self.inner.replace(key, generation, data).await
-    }
-    async fn delete(&self, key: &str, generation: &Generation) -> quire_blob::Result<()> {
-        self.inner.delete(key, generation).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        cursor: Option<&str>,
-    ) -> quire_blob::Result<ListPage> {
-        self.inner.list(prefix, start_after, cursor).await
+        self.body.count()
     }
 }
 
@@ -171,10 +128,10 @@ async fn writer_with_a_copy(blobs: Arc<dyn BlobStore>) -> BucketStore {
     let writer = BucketStore::open(
         blobs,
         BucketOptions {
-            compaction: Some(Policy {
+            compaction: Some(CompactionPolicy {
                 slots: 4,
                 max_delay: Duration::ZERO,
-                ..Policy::default()
+                ..CompactionPolicy::default()
             }),
             compact_every: Duration::from_secs(5),
             ..options()
@@ -211,7 +168,7 @@ async fn a_cold_replica_downloads_the_copy_and_reads_only_what_changed_since() {
         .unwrap();
 
     let counting = Counting::new(blobs.clone());
-    let cold = BucketStore::open(counting.clone(), options())
+    let cold = BucketStore::open(counting.store.clone(), options())
         .await
         .unwrap();
     let before = counting.body_reads();
@@ -256,7 +213,7 @@ async fn a_damaged_or_missing_copy_costs_only_a_rebuild() {
         .await
         .unwrap();
     let counting = Counting::new(blobs.clone());
-    let cold = BucketStore::open(counting.clone(), options())
+    let cold = BucketStore::open(counting.store.clone(), options())
         .await
         .unwrap();
     assert_eq!(rows(&cold, "common").await.len(), DOCS);

@@ -335,6 +335,10 @@ struct TempObject {
 
 impl TempObject {
     /// Writes `data` under a fresh generation into a new temporary file in `dir`.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "generations must differ across processes sharing the directory"
+    )]
     fn write(dir: &Path, data: &[u8]) -> io::Result<TempObject> {
         let generation: [u8; GENERATION_LEN] = rand::random();
         let path = dir.join(format!("{TEMP_PREFIX}{:032x}", rand::random::<u128>()));

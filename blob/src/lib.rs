@@ -78,7 +78,7 @@ pub use hedged::{HedgeCounts, HedgePolicy, Hedged};
 pub use list::{ListRequest, MAX_LIST_PAGE};
 pub use metered::{MeterReading, Metered};
 pub use simulated::{
-    Fault, FaultCounts, FaultRule, FaultRuleId, Hold, LatencyProfile, Simulated, Trigger,
+    Calls, Fault, FaultCounts, FaultRule, FaultRuleId, Hold, LatencyProfile, Simulated, Trigger,
     real_gcs_latency,
 };
 pub use types::{

@@ -80,6 +80,10 @@ impl MemoryStore {
         }
     }
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "without an injected clock, stamps are wall time, as a bucket's"
+    )]
     fn now(&self) -> SystemTime {
         match &self.clock {
             Some(clock) => clock(),

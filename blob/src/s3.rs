@@ -279,6 +279,10 @@ impl S3Store {
 
     /// Reads back the attributes of an object this store just wrote at `etag`. The write
     /// already succeeded, so a failed or outdated read-back degrades to the local clock.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a lost read-back degrades to the local clock"
+    )]
     async fn written(&self, key: &str, etag: &str, size: u64) -> Attributes {
         let read_back = self
             .reads

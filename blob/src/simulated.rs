@@ -2,6 +2,9 @@
 //! simulated bucket behind benchmarks and fault tests.
 //!
 //! Each call passes these stages in order:
+//! 0. **Call logs**: every matching [`Calls`] from [`Simulated::calls`] notes the call's key
+//!    (and, once it is answered, whether it succeeded), so a test can count what reached the
+//!    bucket without a wrapper of its own.
 //! 1. **Request hold**: a matching [`Hold`] from [`Simulated::hold`] parks the call before it
 //!    reaches the store, until the test releases it.
 //! 2. **Latency**: a delay drawn from the operation's [`LatencyProfile`] with a seeded RNG and
@@ -124,22 +127,26 @@ pub enum Fault {
     /// Reads only (get, get_range, head, list): the caller gets [`ErrorKind::Integrity`] instead
     /// of the store's answer (a corrupt response).
     Integrity,
+    /// The call panics before it reaches the store (a driver bug), so a test can check that
+    /// the task running it is contained.
+    Panic,
 }
 
 impl Fault {
     /// Every fault, in the order [`FaultCounts`] reports them.
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 6] = [
         Fault::Throttled,
         Fault::Unavailable,
         Fault::AmbiguousAfterApply,
         Fault::AmbiguousBeforeApply,
         Fault::Integrity,
+        Fault::Panic,
     ];
 
     /// Whether this fault means something for `op`.
     pub fn applies_to(self, op: Op) -> bool {
         match self {
-            Fault::Throttled | Fault::Unavailable => true,
+            Fault::Throttled | Fault::Unavailable | Fault::Panic => true,
             Fault::AmbiguousAfterApply | Fault::AmbiguousBeforeApply => op.is_mutation(),
             Fault::Integrity => !op.is_mutation(),
         }
@@ -174,6 +181,9 @@ pub struct FaultRule {
     pub key_prefix: String,
     pub fault: Fault,
     pub trigger: Trigger,
+    /// The error kind the caller gets instead of the fault's own (see
+    /// [`FaultRule::reporting`]).
+    pub reporting: Option<ErrorKind>,
 }
 
 impl FaultRule {
@@ -185,7 +195,17 @@ impl FaultRule {
             key_prefix: key_prefix.into(),
             fault,
             trigger: Trigger::Always,
+            reporting: None,
         }
+    }
+
+    /// The caller gets `kind` instead of the fault's own error kind; where the fault applies
+    /// (before or after the store) stays the same. `AmbiguousAfterApply` reporting
+    /// `Integrity` is a create that landed with an unreadable answer; `AmbiguousBeforeApply`
+    /// reporting `Precondition` a refusal that wrote nothing.
+    pub fn reporting(mut self, kind: ErrorKind) -> Self {
+        self.reporting = Some(kind);
+        self
     }
 
     /// Fires only on the n-th matching call (counting from 1).
@@ -223,6 +243,7 @@ pub struct FaultCounts {
     pub ambiguous_after_apply: u64,
     pub ambiguous_before_apply: u64,
     pub integrity: u64,
+    pub panicked: u64,
 }
 
 impl FaultCounts {
@@ -233,6 +254,7 @@ impl FaultCounts {
             Fault::AmbiguousAfterApply => self.ambiguous_after_apply,
             Fault::AmbiguousBeforeApply => self.ambiguous_before_apply,
             Fault::Integrity => self.integrity,
+            Fault::Panic => self.panicked,
         }
     }
 
@@ -294,7 +316,24 @@ struct Shared {
     latency: Mutex<LatencyState>,
     faults: Mutex<FaultState>,
     holds: Mutex<Vec<Arc<HoldShared>>>,
+    calls: Mutex<Vec<Arc<CallsShared>>>,
     injected: [AtomicU64; Fault::ALL.len()],
+}
+
+#[derive(Debug)]
+struct CallsShared {
+    ops: Vec<Op>,
+    key_prefix: String,
+    /// The key of every matching call, in the order they arrived.
+    keys: Mutex<Vec<String>>,
+    /// The key of every matching call answered with success, in the order they were answered.
+    answered: Mutex<Vec<String>>,
+}
+
+impl CallsShared {
+    fn matches(&self, op: Op, key: &str) -> bool {
+        self.ops.contains(&op) && key.starts_with(&self.key_prefix)
+    }
 }
 
 /// Wraps a store and injects latency, faults and holds (see the module docs for the order).
@@ -328,6 +367,7 @@ impl Simulated {
                     rng: StdRng::seed_from_u64(seed ^ FAULT_STREAM),
                 }),
                 holds: Mutex::default(),
+                calls: Mutex::default(),
                 injected: Default::default(),
             }),
         }
@@ -404,7 +444,29 @@ impl Simulated {
             ambiguous_after_apply: count(Fault::AmbiguousAfterApply),
             ambiguous_before_apply: count(Fault::AmbiguousBeforeApply),
             integrity: count(Fault::Integrity),
+            panicked: count(Fault::Panic),
         }
+    }
+
+    /// Starts logging the calls of any of `ops` on keys starting with `key_prefix` (for
+    /// `list`, its prefix argument), faulted and held ones included. The log lives as long
+    /// as the returned [`Calls`].
+    pub fn calls(&self, ops: &[Op], key_prefix: impl Into<String>) -> Calls {
+        let calls = Arc::new(CallsShared {
+            ops: ops.to_vec(),
+            key_prefix: key_prefix.into(),
+            keys: Mutex::default(),
+            answered: Mutex::default(),
+        });
+        self.lock_calls().push(calls.clone());
+        Calls {
+            calls,
+            shared: self.shared.clone(),
+        }
+    }
+
+    fn lock_calls(&self) -> std::sync::MutexGuard<'_, Vec<Arc<CallsShared>>> {
+        lock_calls(&self.shared)
     }
 
     /// Parks calls of `op` on keys starting with `key_prefix` **before** they reach the inner
@@ -481,7 +543,7 @@ impl Simulated {
         profile.draw(&mut latency.rng)
     }
 
-    fn pick_fault(&self, op: Op, key: &str) -> Option<Fault> {
+    fn pick_fault(&self, op: Op, key: &str) -> Option<(Fault, Option<ErrorKind>)> {
         let mut faults = self.lock_faults();
         let FaultState { rules, rng, .. } = &mut *faults;
         let mut chosen = None;
@@ -494,10 +556,10 @@ impl Simulated {
                 Trigger::Probability(p) => rng.random::<f64>() < p,
             };
             if fires && chosen.is_none() {
-                chosen = Some(armed.rule.fault);
+                chosen = Some((armed.rule.fault, armed.rule.reporting));
             }
         }
-        if let Some(fault) = chosen {
+        if let Some((fault, _)) = chosen {
             self.shared.injected[fault.index()].fetch_add(1, Ordering::Relaxed);
         }
         chosen
@@ -507,13 +569,30 @@ impl Simulated {
     where
         F: Future<Output = Result<T>>,
     {
+        let logs: Vec<Arc<CallsShared>> = self
+            .lock_calls()
+            .iter()
+            .filter(|c| c.matches(op, key))
+            .cloned()
+            .collect();
+        for log in &logs {
+            lock(&log.keys).push(key.to_owned());
+        }
         self.pass_holds(op, key, HoldPoint::Request).await;
         let delay = self.draw_latency(op);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        let injected = |kind: ErrorKind, detail: &str| Err(Error::new(op, key, kind, detail));
-        let result = match self.pick_fault(op, key) {
+        let (fault, reporting) = self.pick_fault(op, key).unzip();
+        let injected = |kind: ErrorKind, detail: &str| {
+            Err(Error::new(
+                op,
+                key,
+                reporting.flatten().unwrap_or(kind),
+                detail,
+            ))
+        };
+        let result = match fault {
             None => call().await,
             Some(Fault::Throttled) => injected(ErrorKind::Throttled, "injected: throttled"),
             Some(Fault::Unavailable) => injected(ErrorKind::Unavailable, "injected: unavailable"),
@@ -530,7 +609,13 @@ impl Simulated {
                 )
             }
             Some(Fault::Integrity) => injected(ErrorKind::Integrity, "injected: corrupt response"),
+            Some(Fault::Panic) => panic!("injected: a panic in a {} of {key}", op.name()),
         };
+        if result.is_ok() {
+            for log in &logs {
+                lock(&log.answered).push(key.to_owned());
+            }
+        }
         self.pass_holds(op, key, HoldPoint::Response).await;
         result
     }
@@ -538,6 +623,46 @@ impl Simulated {
 
 fn lock_holds(shared: &Shared) -> std::sync::MutexGuard<'_, Vec<Arc<HoldShared>>> {
     shared.holds.lock().expect("simulated hold lock poisoned")
+}
+
+fn lock_calls(shared: &Shared) -> std::sync::MutexGuard<'_, Vec<Arc<CallsShared>>> {
+    lock(&shared.calls)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().expect("simulated call log lock poisoned")
+}
+
+/// The log of the calls a [`Simulated`] store saw of some operations under a key prefix
+/// (see [`Simulated::calls`]). Dropping it stops the logging.
+#[derive(Debug)]
+pub struct Calls {
+    calls: Arc<CallsShared>,
+    shared: Arc<Shared>,
+}
+
+impl Calls {
+    /// How many matching calls arrived, whatever they were answered.
+    pub fn count(&self) -> u64 {
+        lock(&self.calls.keys).len() as u64
+    }
+
+    /// The keys of the matching calls, in arrival order.
+    pub fn keys(&self) -> Vec<String> {
+        lock(&self.calls.keys).clone()
+    }
+
+    /// The keys of the matching calls answered with success, in the order they were answered
+    /// (a read of an absent key, or a faulted call, is not among them).
+    pub fn answered(&self) -> Vec<String> {
+        lock(&self.calls.answered).clone()
+    }
+}
+
+impl Drop for Calls {
+    fn drop(&mut self) {
+        lock_calls(&self.shared).retain(|c| !Arc::ptr_eq(c, &self.calls));
+    }
 }
 
 struct Parked<'a>(&'a HoldShared);
@@ -995,5 +1120,80 @@ mod tests {
         let start = Instant::now();
         simulated.head("k").await.unwrap();
         assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_rule_reporting_a_kind_answers_with_it_before_or_after_the_store() {
+        let store = memory();
+        let simulated = Simulated::new(store.clone(), 1);
+        simulated.add_fault(
+            FaultRule::new(Op::Create, "a", Fault::AmbiguousBeforeApply)
+                .reporting(ErrorKind::Precondition)
+                .first(1),
+        );
+        simulated.add_fault(
+            FaultRule::new(Op::Create, "b", Fault::AmbiguousAfterApply)
+                .reporting(ErrorKind::Integrity)
+                .first(1),
+        );
+        let before = simulated.create("a", Bytes::from_static(b"1")).await;
+        assert_eq!(before.unwrap_err().kind(), ErrorKind::Precondition);
+        assert!(store.head("a").await.unwrap_err().is_not_found());
+        let after = simulated.create("b", Bytes::from_static(b"2")).await;
+        assert_eq!(after.unwrap_err().kind(), ErrorKind::Integrity);
+        store.head("b").await.unwrap();
+        let counts = simulated.injected();
+        assert_eq!(
+            (counts.ambiguous_before_apply, counts.ambiguous_after_apply),
+            (1, 1)
+        );
+        // Each rule fired once: the next creates reach the store and are answered by it.
+        simulated
+            .create("a", Bytes::from_static(b"1"))
+            .await
+            .unwrap();
+        let again = simulated.create("b", Bytes::from_static(b"2")).await;
+        assert!(again.unwrap_err().is_precondition());
+    }
+
+    #[tokio::test]
+    async fn a_panic_fault_panics_the_task_running_the_call() {
+        let simulated = Simulated::new(memory(), 1);
+        simulated.add_fault(FaultRule::new(Op::Create, "blobs/", Fault::Panic).first(1));
+        let panicked = tokio::spawn({
+            let simulated = simulated.clone();
+            async move { simulated.create("blobs/x", Bytes::from_static(b"x")).await }
+        })
+        .await
+        .unwrap_err();
+        assert!(panicked.is_panic());
+        assert_eq!(simulated.injected().panicked, 1);
+        simulated
+            .create("blobs/x", Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn calls_log_every_matching_call_and_the_ones_answered() {
+        let simulated = Simulated::new(memory(), 1);
+        let reads = simulated.calls(&[Op::Get, Op::GetRange], "log/");
+        let listings = simulated.calls(&[Op::List], "");
+        simulated
+            .create("log/1", Bytes::from_static(b"one"))
+            .await
+            .unwrap();
+        simulated.get("log/1").await.unwrap();
+        assert!(simulated.get("log/2").await.unwrap_err().is_not_found());
+        simulated.get_range("log/1", 0..1).await.unwrap();
+        simulated.get("other").await.unwrap_err();
+        simulated.list("log/", "", None).await.unwrap();
+        assert_eq!(reads.count(), 3);
+        assert_eq!(reads.keys(), ["log/1", "log/2", "log/1"]);
+        assert_eq!(reads.answered(), ["log/1", "log/1"]);
+        assert_eq!(listings.keys(), ["log/"]);
+        drop(reads);
+        simulated.get("log/1").await.unwrap();
+        assert_eq!(listings.count(), 1);
     }
 }

@@ -21,6 +21,7 @@
 //!   250 writes/s for 60 s), a checkpoint after each; reports checkpoint bytes per write. The
 //!   interval whose checkpoint crosses the base grid rewrites the whole index (a full
 //!   checkpoint) and is reported as such.
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 
 mod generator;
 

@@ -19,6 +19,7 @@
 //! - own, no ring: the same catch-up read from the bucket (a store whose ring lost them, or
 //!   before the ring): a replica that only catches up;
 //! - follower: a second replica catching up on the slots and adopting each checkpoint.
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 
 mod generator;
 

@@ -1,14 +1,14 @@
 //! The compactor: when a store writes a checkpoint, and what it does instead.
 //!
-//! Any store may write a checkpoint once the newest lags its state by [`Policy::slots`]
-//! slots or the first slot after it is [`Policy::age`] old, after a random delay (so peers
+//! Any store may write a checkpoint once the newest lags its state by [`CompactionPolicy::slots`]
+//! slots or the first slot after it is [`CompactionPolicy::age`] old, after a random delay (so peers
 //! rarely race; when they do, they write identical bytes). Each step first lists the
 //! checkpoints: a newer one written by a peer is adopted (reading only the shards whose
 //! references changed) and nothing is written; a newest checkpoint written by a peer less
-//! than [`Policy::defer`] ago means that peer is compacting, so this store defers. Its age is
+//! than [`CompactionPolicy::defer`] ago means that peer is compacting, so this store defers. Its age is
 //! the longer of what the bucket's `modified` time says and how long ago this compactor
 //! first listed it, so a bucket clock ahead of the local one (a checkpoint stamped in the
-//! future) defers a store for at most [`Policy::defer`] after it sees that checkpoint. After
+//! future) defers a store for at most [`CompactionPolicy::defer`] after it sees that checkpoint. After
 //! a checkpoint is written, old ones are dropped.
 //!
 //! A checkpoint that fails verification or is incomplete costs only replay: the compactor
@@ -29,7 +29,7 @@ use crate::write::WriteStats;
 
 /// When and how the compactor runs.
 #[derive(Clone, Debug)]
-pub struct Policy {
+pub struct CompactionPolicy {
     /// Write once this many slots were applied since the newest checkpoint.
     pub slots: u64,
     /// Or once the first of them is this old.
@@ -48,9 +48,9 @@ pub struct Policy {
     pub run_cap: Duration,
 }
 
-impl Default for Policy {
+impl Default for CompactionPolicy {
     fn default() -> Self {
-        Policy {
+        CompactionPolicy {
             slots: 1024,
             age: Duration::from_secs(60),
             max_delay: Duration::from_secs(10),
@@ -82,7 +82,7 @@ pub enum Step {
 /// A store's compactor.
 #[derive(Debug)]
 pub struct Compactor {
-    policy: Policy,
+    policy: CompactionPolicy,
     clock: Arc<dyn Clock>,
     own: HashSet<u64>,
     unadoptable: BTreeSet<u64>,
@@ -92,7 +92,7 @@ pub struct Compactor {
 }
 
 impl Compactor {
-    pub fn new(policy: Policy, clock: Arc<dyn Clock>, seed: u64) -> Self {
+    pub fn new(policy: CompactionPolicy, clock: Arc<dyn Clock>, seed: u64) -> Self {
         Compactor {
             policy,
             clock,
@@ -103,7 +103,7 @@ impl Compactor {
         }
     }
 
-    pub fn policy(&self) -> &Policy {
+    pub fn policy(&self) -> &CompactionPolicy {
         &self.policy
     }
 

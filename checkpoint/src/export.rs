@@ -10,8 +10,8 @@ use quire_blob::BlobStore;
 use quire_log::metadata::Catalog;
 use quire_log::{DocPath, DocState, VersionRecord, WorldState};
 
-use crate::error::Result;
-use crate::history::{all_records, read_version_bytes};
+use crate::error::{Error, Op, Result};
+use crate::history::all_records;
 
 /// How many documents export reads at once.
 const EXPORT_READERS: usize = 16;
@@ -43,7 +43,9 @@ pub async fn export_document(
     let records = all_records(store, prefix, doc).await?;
     let mut versions = Vec::with_capacity(records.len());
     for record in records {
-        let bytes = read_version_bytes(store, prefix, &record).await?;
+        let bytes = quire_log::version::read_version(store, prefix, &record)
+            .await
+            .map_err(|e| Error::from_log(Op::Read, e))?;
         versions.push(ExportedVersion { record, bytes });
     }
     Ok(ExportedDocument {

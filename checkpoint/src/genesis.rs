@@ -5,12 +5,12 @@
 //! write the same root and marker, so all join one world. A prefix holding anything that is
 //! not a world's is refused: a wrong bucket or prefix must not become a world.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use quire_blob::BlobStore;
 use quire_log::marker::{GENESIS_SEQUENCE, Marker, genesis_tip};
-use quire_log::{Hash, WorldId, keys as log_keys};
+use quire_log::{Clock, Hash, SystemClock, WorldId, keys as log_keys};
 
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::format::{Checkpoint, Root, TIERS, Tier, widths_are_valid};
@@ -86,6 +86,7 @@ pub async fn join_or_create_world(
     prefix: &str,
     proposed: WorldId,
     widths: [u64; TIERS - 1],
+    clock: &dyn Clock,
 ) -> Result<Joined> {
     let op = Op::Genesis;
     let mkey = log_keys::marker_key(prefix);
@@ -115,7 +116,10 @@ pub async fn join_or_create_world(
     }
     // Genesis objects are never dropped (`drop` keeps checkpoint zero, so a whole replay
     // can always be asked for), so the fence never needs to rewrite them.
-    let fence = Fence::new(SystemTime::now(), Duration::MAX);
+    let fence = Fence::new(
+        UNIX_EPOCH + Duration::from_secs(clock.now().0),
+        Duration::MAX,
+    );
     let ckey = checkpoint_key(prefix, GENESIS_SEQUENCE);
     let mut looks = 0;
     let checkpoint = loop {
@@ -219,7 +223,7 @@ fn name_some(keys: &[&str]) -> String {
 
 /// Creates `world` under `prefix` unless it exists ([`join_or_create_world`]). Refuses a
 /// prefix that holds or becomes another world, and one holding objects that are not a
-/// world's or no world yet.
+/// world's or no world yet. The genesis objects' fence reads the system clock.
 pub async fn create_world(
     store: &dyn BlobStore,
     prefix: &str,
@@ -227,7 +231,7 @@ pub async fn create_world(
     widths: [u64; TIERS - 1],
 ) -> Result<()> {
     let mkey = log_keys::marker_key(prefix);
-    match join_or_create_world(store, prefix, world, widths).await? {
+    match join_or_create_world(store, prefix, world, widths, &SystemClock).await? {
         Joined::World(found) if found == world => Ok(()),
         Joined::World(other) => Err(Error::new(
             Op::Genesis,

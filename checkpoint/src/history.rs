@@ -243,15 +243,3 @@ pub async fn all_records(
     }
     Ok(out)
 }
-
-/// The stored bytes of a version, checked against its record (the log's
-/// [`read_version`](quire_log::commit::read_version)).
-pub async fn read_version_bytes(
-    store: &dyn BlobStore,
-    prefix: &str,
-    record: &VersionRecord,
-) -> Result<Bytes> {
-    quire_log::commit::read_version(store, prefix, record)
-        .await
-        .map_err(|e| Error::from_log(Op::Read, e))
-}

@@ -37,7 +37,7 @@ pub mod replica;
 mod strict;
 pub mod write;
 
-pub use compactor::{Compactor, Policy, Step};
+pub use compactor::{CompactionPolicy, Compactor, Step};
 pub use digest::state_digest;
 pub use error::{Error, ErrorKind, Op, Result};
 pub use objects::{Fence, Put};

@@ -35,7 +35,7 @@ async fn open_at(store: &Arc<dyn BlobStore>, checkpoint: u64) -> Replica {
 
 /// A varied workload: new documents, rewrites, metadata, a blob-sized body, retention that
 /// prunes, archive and unarchive. Round `r` changes several documents.
-async fn round(writer: &mut Writer, r: usize) {
+async fn round(writer: &mut SlotWriter, r: usize) {
     let mut slot = Vec::new();
     for i in 0..6 {
         let doc = (r * 7 + i * 5) % 20;
@@ -96,7 +96,7 @@ async fn round(writer: &mut Writer, r: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cold_start_from_any_checkpoint_equals_the_live_state() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     let mut follower = open(&store).await;
     let mut checkpoints = vec![1];
     let mut saw_middle = false;
@@ -143,7 +143,7 @@ async fn cold_start_from_any_checkpoint_equals_the_live_state() {
 async fn a_checkpoint_is_a_function_of_the_log_alone() {
     // Store A checkpoints often; store B holds the same log and checkpoints once, at the end.
     let a = memory();
-    let mut writer = Writer::create(a.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(a.clone(), SMALL_WIDTHS).await;
     let mut follower = open(&a).await;
     for r in 0..25 {
         round(&mut writer, r).await;
@@ -188,7 +188,7 @@ async fn a_checkpoint_is_a_function_of_the_log_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_compactors_write_identical_bytes() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     for r in 0..10 {
         round(&mut writer, r).await;
     }
@@ -215,7 +215,7 @@ async fn a_crashed_checkpoint_costs_only_replay_and_its_orphans_are_reused() {
     let memory = memory();
     let simulated = Arc::new(Simulated::new(memory.clone(), 1));
     let store: Arc<dyn BlobStore> = simulated.clone();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     for r in 0..6 {
         round(&mut writer, r).await;
     }
@@ -252,7 +252,7 @@ async fn a_crashed_checkpoint_costs_only_replay_and_its_orphans_are_reused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_blocks_follow_pruning_across_block_boundaries() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     let mut replica = open(&store).await;
     let keep = meta(&[("retention", "300")]);
     for v in 1..=600u64 {
@@ -302,7 +302,7 @@ async fn history_blocks_follow_pruning_across_block_boundaries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archive_state_survives_a_checkpoint() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     writer
         .commit(&[publish("/a.md", "a\n"), publish("/b.md", "b\n")])
         .await;
@@ -335,7 +335,7 @@ async fn archive_state_survives_a_checkpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_changed_document_costs_one_block_one_shard_one_root_one_checkpoint() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    let mut writer = new_world(store.clone(), DEFAULT_WIDTHS).await;
     for chunk in 0..40 {
         let slot: Vec<_> = (0..250)
             .map(|i| publish(&format!("/d/{chunk}/{i}.md"), &format!("# {chunk} {i}\n")))
@@ -395,7 +395,7 @@ async fn a_replay_failing_part_way_keeps_the_changes_it_applied() {
     let memory = memory();
     let simulated = Arc::new(Simulated::new(memory.clone(), 1));
     let store: Arc<dyn BlobStore> = simulated.clone();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     round(&mut writer, 0).await;
     let mut replica = open(&store).await;
     replica.checkpoint(FRESHEN).await.unwrap();
@@ -455,7 +455,7 @@ async fn checkpoint_bytes(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cold_started_and_adopting_replicas_checkpoint_as_a_replay_does() {
     let a = memory();
-    let mut writer = Writer::create(a.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(a.clone(), SMALL_WIDTHS).await;
     let mut follower = open(&a).await;
     let mut older = None;
     for r in 0..20 {
@@ -563,7 +563,7 @@ async fn cold_started_and_adopting_replicas_checkpoint_as_a_replay_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_objects_grow_with_epochs_not_documents() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    let mut writer = new_world(store.clone(), DEFAULT_WIDTHS).await;
     for chunk in 0..20 {
         let slot: Vec<_> = (0..250)
             .map(|i| publish(&format!("/d/{chunk}/{i}.md"), &format!("# {chunk} {i}\n")))

@@ -113,7 +113,7 @@ fn objects() -> Vec<Object> {
         .unwrap();
     runtime.block_on(async {
         let store = memory();
-        let mut writer = Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+        let mut writer = new_world(store.clone(), DEFAULT_WIDTHS).await;
         let tagged = meta(&[("tags", "a,b"), ("title", "Tagged")]);
         for round in 0..3 {
             writer

@@ -1,5 +1,9 @@
 //! Dropping old checkpoints: what is kept under the grace, after a crash, reused shards, the
 //! generation fence; and the compactor's choices between writing, adopting and deferring.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the drop grace is checked against the bucket's real stamps"
+)]
 
 mod common;
 
@@ -12,7 +16,7 @@ use quire_blob::{BlobStore, Fault, FaultRule, Op as BlobOp, Simulated};
 use quire_checkpoint::drop::drop_old;
 use quire_checkpoint::keys::{root_key, shard_key};
 use quire_checkpoint::objects::{Fence, Put, put};
-use quire_checkpoint::{Compactor, Op, OpenOptions, Policy, Replica, Step, state_digest};
+use quire_checkpoint::{CompactionPolicy, Compactor, Op, OpenOptions, Replica, Step, state_digest};
 use quire_log::marker::GENESIS_SEQUENCE;
 use quire_log::{Hash, ManualClock, Timestamp};
 
@@ -33,7 +37,7 @@ async fn open(store: &Arc<dyn BlobStore>) -> Replica {
 
 /// A world of 600 documents with seven checkpoints (zero and six written), each after a few
 /// changes.
-async fn checkpointed(store: Arc<dyn BlobStore>) -> Writer {
+async fn checkpointed(store: Arc<dyn BlobStore>) -> SlotWriter {
     checkpointed_with_laggard(store, None).await.0
 }
 
@@ -43,11 +47,11 @@ async fn checkpointed(store: Arc<dyn BlobStore>) -> Writer {
 async fn checkpointed_with_laggard(
     store: Arc<dyn BlobStore>,
     laggard_clock: Option<Arc<ManualClock>>,
-) -> (Writer, Option<Replica>) {
+) -> (SlotWriter, Option<Replica>) {
     // With a laggard every round rewrites the same two documents, so each checkpoint's top
     // shards hold versions no later checkpoint holds.
     let churn = laggard_clock.is_some();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     for chunk in 0..3 {
         let slot: Vec<_> = (0..200)
             .map(|i| publish(&format!("/d/{}.md", chunk * 200 + i), "first\n"))
@@ -415,7 +419,7 @@ async fn a_checkpoint_rewritten_during_a_drop_keeps_what_it_names_on_s3() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compactor_writes_adopts_and_defers() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     let start = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -431,14 +435,14 @@ async fn the_compactor_writes_adopts_and_defers() {
     let mut b = Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap();
-    let policy = Policy {
+    let policy = CompactionPolicy {
         slots: 4,
         max_delay: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     };
     let mut ca = Compactor::new(policy.clone(), clock.clone(), 1);
     let mut cb = Compactor::new(policy, clock.clone(), 2);
-    async fn slots(writer: &mut Writer, n: usize, tag: &str) {
+    async fn slots(writer: &mut SlotWriter, n: usize, tag: &str) {
         for i in 0..n {
             writer
                 .commit(&[publish(&format!("/{tag}/{i}.md"), &format!("{tag} {i}\n"))])
@@ -507,7 +511,7 @@ async fn a_peer_checkpoint_stamped_ahead_defers_only_for_the_policy() {
     let store: Arc<dyn BlobStore> = Arc::new(quire_blob::memory::MemoryStore::with_clock(
         Arc::new(move || bucket_time),
     ));
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     let clock = Arc::new(ManualClock::new(Timestamp(start)));
     let options = OpenOptions {
         clock: clock.clone(),
@@ -519,10 +523,10 @@ async fn a_peer_checkpoint_stamped_ahead_defers_only_for_the_policy() {
     let mut ours = Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap();
-    let policy = Policy {
+    let policy = CompactionPolicy {
         slots: 2,
         max_delay: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     };
     let defer = policy.defer.as_secs();
     let mut compactor = Compactor::new(policy, clock.clone(), 1);

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use common::*;
 use quire_blob::BlobStore;
 use quire_checkpoint::keys::{checkpoint_key, shard_key};
-use quire_checkpoint::{Compactor, OpenOptions, Policy, Replica, Step, state_digest};
+use quire_checkpoint::{CompactionPolicy, Compactor, OpenOptions, Replica, Step, state_digest};
 use quire_log::{Hash, SystemClock};
 
 const FRESHEN: Duration = Duration::from_secs(1800);
@@ -55,8 +55,11 @@ async fn overwrite(store: &Arc<dyn BlobStore>, key: &str, bytes: &'static [u8]) 
 /// older does not name) and a slot after it. Returns the writer, the older checkpoint's
 /// sequence, the newest's, and a replica that rested on the older one before the newest was
 /// written.
-async fn damaged_world(store: &Arc<dyn BlobStore>, damage: Damage) -> (Writer, u64, u64, Replica) {
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+async fn damaged_world(
+    store: &Arc<dyn BlobStore>,
+    damage: Damage,
+) -> (SlotWriter, u64, u64, Replica) {
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     for chunk in 0..2 {
         let slot: Vec<_> = (0..150)
             .map(|i| publish(&format!("/d/{}.md", chunk * 150 + i), "first\n"))
@@ -101,13 +104,13 @@ async fn damaged_world(store: &Arc<dyn BlobStore>, damage: Damage) -> (Writer, u
     (writer, older, newest, behind)
 }
 
-fn policy() -> Policy {
-    Policy {
+fn policy() -> CompactionPolicy {
+    CompactionPolicy {
         slots: 1,
         max_delay: Duration::ZERO,
         // The older checkpoint was written a moment ago; do not defer to its writer.
         defer: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     }
 }
 

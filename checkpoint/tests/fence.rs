@@ -1,5 +1,9 @@
 //! The time the generation fence relies on: a run is capped, its `now` advances while it
 //! runs, and a drop after a write judges ages by the bucket's clock.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the fence is checked against the bucket's real stamps"
+)]
 
 mod common;
 
@@ -12,7 +16,7 @@ use quire_blob::{BlobStore, Op as BlobOp, Simulated};
 use quire_checkpoint::keys::checkpoint_key;
 use quire_checkpoint::objects::{Fence, Put, put};
 use quire_checkpoint::write::RUN_CAP;
-use quire_checkpoint::{Compactor, Op, OpenOptions, Policy, Replica, Step};
+use quire_checkpoint::{CompactionPolicy, Compactor, Op, OpenOptions, Replica, Step};
 use quire_log::{ManualClock, Timestamp};
 
 const FRESHEN: Duration = Duration::from_secs(1800);
@@ -21,7 +25,7 @@ const FRESHEN: Duration = Duration::from_secs(1800);
 async fn a_checkpoint_run_stops_at_its_cap_without_naming_anything() {
     let simulated = Arc::new(Simulated::new(memory(), 1));
     let store: Arc<dyn BlobStore> = simulated.clone();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     writer
         .commit(&[publish("/a.md", "a\n"), publish("/b.md", "b\n")])
         .await;
@@ -67,7 +71,7 @@ async fn the_fence_measures_age_when_it_writes_not_when_the_run_began() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drop_after_a_write_judges_ages_by_the_buckets_clock() {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     let mut honest = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();
@@ -92,11 +96,11 @@ async fn a_drop_after_a_write_judges_ages_by_the_buckets_clock() {
     let mut skewed = Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap();
-    let policy = Policy {
+    let policy = CompactionPolicy {
         slots: 1,
         max_delay: Duration::ZERO,
         defer: Duration::ZERO,
-        ..Policy::default()
+        ..CompactionPolicy::default()
     };
     let mut compactor = Compactor::new(policy, clock, 3);
     let Step::Written { dropped, .. } = compactor.step(&mut skewed).await.unwrap() else {

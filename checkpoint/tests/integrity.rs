@@ -20,9 +20,9 @@ const FRESHEN: Duration = Duration::from_secs(1800);
 
 /// A world of a few documents with a checkpoint, one more slot after it, and the documents as
 /// a checkpoint holds them.
-async fn world() -> (Arc<dyn BlobStore>, Writer, Vec<DocState>) {
+async fn world() -> (Arc<dyn BlobStore>, SlotWriter, Vec<DocState>) {
     let store = memory();
-    let mut writer = Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    let mut writer = new_world(store.clone(), DEFAULT_WIDTHS).await;
     writer
         .commit(&[
             publish("/a.md", "a\n"),
@@ -46,7 +46,7 @@ async fn world() -> (Arc<dyn BlobStore>, Writer, Vec<DocState>) {
 /// as labelled, documents) in a single-shard layout, naming `documents` in the root.
 async fn plant(
     store: &Arc<dyn BlobStore>,
-    writer: &Writer,
+    writer: &SlotWriter,
     shard: Option<Bytes>,
     documents: u64,
     tier_documents: u64,
@@ -104,7 +104,12 @@ async fn open_fails(store: &Arc<dyn BlobStore>, why: &str) {
 
 /// Checkpoint `sequence` asked for by name fails with an integrity error saying `why`, and
 /// cold start passes over it to an older one: the state is the writer's all the same.
-async fn checkpoint_refused(store: &Arc<dyn BlobStore>, writer: &Writer, sequence: u64, why: &str) {
+async fn checkpoint_refused(
+    store: &Arc<dyn BlobStore>,
+    writer: &SlotWriter,
+    sequence: u64,
+    why: &str,
+) {
     let exactly = OpenOptions {
         checkpoint: Some(sequence),
         ..OpenOptions::default()

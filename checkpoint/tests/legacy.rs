@@ -66,7 +66,7 @@ async fn a_schema_1_world_opens_is_adopted_and_moves_to_schema_2() {
     assert_eq!(state_digest(peer.state()), digest);
 
     // The next checkpoint writes schema 2: every tier, its shard bits from its own count.
-    let mut writer = Writer::resume(store.clone(), replayed.state().clone());
+    let mut writer = SlotWriter::resume(store.clone(), replayed.state().clone());
     let mut replica = newest;
     for i in 0..5 {
         writer

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{PREFIX, SMALL_WIDTHS, Writer, memory, publish};
+use common::{PREFIX, SMALL_WIDTHS, SlotWriter, memory, new_world, publish};
 use quire_blob::{Metered, Op};
 use quire_checkpoint::{OpenOptions, Replica, state_digest};
 use quire_log::recent::RecentSlots;
@@ -24,7 +24,7 @@ async fn open(store: Arc<dyn quire_blob::BlobStore>, checkpoint: Option<u64>) ->
 }
 
 /// Commits `slots` slots of one or two rewrites each, publishing each into `ring`.
-async fn write(writer: &mut Writer, ring: &RecentSlots, slots: u64) {
+async fn write(writer: &mut SlotWriter, ring: &RecentSlots, slots: u64) {
     for i in 0..slots {
         let first = publish(&format!("/notes/{}.md", i % 11), &format!("rewrite {i}"));
         let slot = if i % 3 == 0 {
@@ -40,7 +40,7 @@ async fn write(writer: &mut Writer, ring: &RecentSlots, slots: u64) {
 #[tokio::test]
 async fn held_slots_cost_no_request_and_a_lossy_ring_reaches_the_replayed_checkpoint() {
     let bucket = memory();
-    let mut writer = Writer::create(bucket.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(bucket.clone(), SMALL_WIDTHS).await;
     let metered = Metered::new(bucket.clone());
     let mut replica = open(Arc::new(metered.clone()), None).await;
 
@@ -106,7 +106,7 @@ async fn held_slots_cost_no_request_and_a_lossy_ring_reaches_the_replayed_checkp
 #[tokio::test]
 async fn a_ring_behind_or_empty_leaves_the_replica_to_the_bucket() {
     let bucket = memory();
-    let mut writer = Writer::create(bucket.clone(), SMALL_WIDTHS).await;
+    let mut writer = new_world(bucket.clone(), SMALL_WIDTHS).await;
     let metered = Metered::new(bucket.clone());
     let mut replica = open(Arc::new(metered.clone()), None).await;
     let ring = Arc::new(RecentSlots::new(1024, 1 << 20));

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::{OpenOptions, Replica};
-use quire_log::commit::{Committer, CommitterConfig, Folded, WriteRequest};
+use quire_log::commit::{CommitRequest, Committer, CommitterConfig, Folded};
 use quire_log::{ManualClock, Timestamp};
 
 const FRESHEN: Duration = Duration::from_secs(1800);
@@ -36,7 +36,7 @@ async fn rewrite(committer: &Committer, round: usize, times: usize) {
         for d in 0..DOCS {
             let body = format!("# Doc {d}\n\nround {round} pass {t}\n");
             committer
-                .submit(WriteRequest::new(publish(&format!("/docs/{d}.md"), &body)))
+                .submit(CommitRequest::new(publish(&format!("/docs/{d}.md"), &body)))
                 .await
                 .unwrap();
         }
@@ -46,14 +46,14 @@ async fn rewrite(committer: &Committer, round: usize, times: usize) {
 #[tokio::test(start_paused = true)]
 async fn a_long_running_writer_keeps_only_what_the_newest_checkpoint_does_not_hold() {
     let store = memory();
-    Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    new_world(store.clone(), DEFAULT_WIDTHS).await;
     let mut replica = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();
     let shedding = committer(&store, &replica);
     // The same workload on a committer that is never told of checkpoints.
     let control_store = memory();
-    Writer::create(control_store.clone(), DEFAULT_WIDTHS).await;
+    new_world(control_store.clone(), DEFAULT_WIDTHS).await;
     let control_replica = Replica::open(control_store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();
@@ -99,7 +99,7 @@ async fn a_long_running_writer_keeps_only_what_the_newest_checkpoint_does_not_ho
 #[tokio::test(start_paused = true)]
 async fn shedding_what_a_stale_checkpoint_holds_changes_nothing() {
     let store = memory();
-    Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    new_world(store.clone(), DEFAULT_WIDTHS).await;
     let mut replica = Replica::open(store.clone(), PREFIX, &OpenOptions::default())
         .await
         .unwrap();

@@ -36,7 +36,7 @@ use quire_blob::{
     real_gcs_latency,
 };
 use quire_checkpoint::replica::list_checkpoints;
-use quire_checkpoint::{Op as CheckpointOp, OpenOptions, Policy, Replica, state_digest};
+use quire_checkpoint::{CompactionPolicy, Op as CheckpointOp, OpenOptions, Replica, state_digest};
 use quire_log::marker::GENESIS_SEQUENCE;
 use quire_log::{Clock, Hash, StoreId, Timestamp, WorldId};
 use rand::rngs::StdRng;
@@ -74,7 +74,7 @@ pub struct GateConfig {
     /// How long a writer waits for its answer.
     pub write_timeout: Duration,
     /// When the writing stores' compactors write checkpoints.
-    pub compaction: Policy,
+    pub compaction: CompactionPolicy,
     /// How often each compactor looks (plus the policy's random delay).
     pub compact_every: Duration,
 }
@@ -90,7 +90,7 @@ impl GateConfig {
             fault_rate: 0.01,
             restart_every: Duration::from_secs(150),
             write_timeout: Duration::from_secs(30),
-            compaction: Policy::default(),
+            compaction: CompactionPolicy::default(),
             compact_every: Duration::from_secs(10),
         }
     }
@@ -104,12 +104,12 @@ impl GateConfig {
             documents: 10_000,
             duration: Duration::from_secs(60),
             restart_every: Duration::from_secs(20),
-            compaction: Policy {
+            compaction: CompactionPolicy {
                 slots: 256,
                 age: Duration::from_secs(10),
                 max_delay: Duration::from_secs(5),
                 defer: Duration::from_secs(15),
-                ..Policy::default()
+                ..CompactionPolicy::default()
             },
             compact_every: Duration::from_secs(5),
             ..GateConfig::full(seed)
@@ -266,7 +266,7 @@ struct World {
     bucket: Arc<dyn BlobStore>,
     clock: Arc<dyn Clock>,
     seed: u64,
-    compaction: Policy,
+    compaction: CompactionPolicy,
     compact_every: Duration,
 }
 

@@ -74,6 +74,10 @@ pub use replica::{ReplicaLoad, replica_case_names, run_replica_suite};
 pub use store::{run_store_suite, store_case_names};
 
 /// A prefix no earlier run used, so suites can share a persistent bucket.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "unique across runs sharing a real bucket"
+)]
 pub fn fresh_root(label: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -3,6 +3,10 @@
 //! replays exactly); `cargo xtask gate` runs the full one (ten simulated minutes on a
 //! million documents). `QUIRE_SIM_SEED=N` replays one seed; `QUIRE_GATE_DOCS` and
 //! `QUIRE_GATE_MINUTES` resize the full run.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the gate runs against real servers and measures real time"
+)]
 
 use std::time::Duration;
 

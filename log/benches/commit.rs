@@ -25,7 +25,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use quire_blob::memory::MemoryStore;
 use quire_blob::{BlobStore, Metered, Op, Simulated};
 use quire_log::build::Mutation;
-use quire_log::commit::{Committer, CommitterConfig, WriteRequest};
+use quire_log::commit::{CommitRequest, Committer, CommitterConfig};
 use quire_log::{ManualClock, StoreId, Timestamp, WorldId, WorldState};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -85,13 +85,13 @@ fn recorded_committer_on(
 }
 
 /// A small create: a ~300-byte body with a little metadata.
-fn write(i: u64) -> WriteRequest {
+fn write(i: u64) -> CommitRequest {
     let metadata = [
         ("type".to_owned(), "Note".to_owned()),
         ("tags".to_owned(), "bench".to_owned()),
     ]
     .into();
-    WriteRequest::new(Mutation::Publish {
+    CommitRequest::new(Mutation::Publish {
         path: format!("/docs/{}/{i}.md", i % 97),
         expected: None,
         body: Bytes::from(format!(

@@ -1,11 +1,17 @@
-//! Wall-clock time enters the log only through [`Clock`], so tests pin `modified` times.
+//! Wall-clock time enters the log only through [`Clock`], so tests pin `modified` times;
+//! fresh randomness (ids, seeds) enters only through [`seed`] and [`rng`].
 //!
 //! Durations (backoff, the yield jitter, deadlines) use tokio's timer instead, which tests
-//! pause and advance; nothing in this crate reads the system time except [`SystemClock`].
+//! pause and advance. Nothing in the workspace reads the system time except [`SystemClock`],
+//! or the operating system's randomness except [`seed`] and [`rng`]: the workspace's
+//! `clippy.toml` refuses those reads anywhere else.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
 
 use crate::ids::Timestamp;
 
@@ -19,6 +25,7 @@ pub trait Clock: Send + Sync + Debug {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods, reason = "the system clock itself")]
     fn now(&self) -> Timestamp {
         let secs = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -26,6 +33,22 @@ impl Clock for SystemClock {
             .unwrap_or(0);
         Timestamp(secs)
     }
+}
+
+/// A fresh seed from the operating system, for a component that then draws from its own
+/// seeded rng (a test passes a fixed seed instead).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the one source of fresh randomness"
+)]
+pub fn seed() -> u64 {
+    rand::random()
+}
+
+/// An rng seeded from [`seed`], for the ids a process draws once (worlds, stores,
+/// operations of a store without a seed of its own).
+pub fn rng() -> SmallRng {
+    SmallRng::seed_from_u64(seed())
 }
 
 /// A clock that stands still until told otherwise.
@@ -65,5 +88,11 @@ mod tests {
         clock.set(Timestamp(7));
         assert_eq!(clock.now(), Timestamp(7));
         assert!(SystemClock.now().0 > 1_700_000_000);
+    }
+
+    #[test]
+    fn fresh_seeds_differ() {
+        let seeds: std::collections::HashSet<u64> = (0..8).map(|_| seed()).collect();
+        assert!(seeds.len() > 1);
     }
 }

@@ -22,6 +22,7 @@
 //! | [`tip`] | probing the next slot name, listing fallback, replay |
 //! | [`commit`] | the group committer |
 //! | [`recent`] | the ring of slots a store created or read, which its other readers take first |
+//! | `testing` | test support behind the `testing` feature: fixtures and a slot writer |
 //!
 //! # Formats, and where they differ from the reference implementation
 //!
@@ -47,7 +48,8 @@
 //! - A slot taken from memory ([`recent::RecentSlots`]) is byte for byte the stored one: a
 //!   store publishes only slots whose create it confirmed and slots it read.
 //! - Time and randomness come from injected sources ([`Clock`], a seed), so tests are
-//!   deterministic.
+//!   deterministic; [`SystemClock`] and [`clock::seed`] are the only reads of the real ones
+//!   (the workspace `clippy.toml` enforces it).
 
 pub mod build;
 pub mod cbor;
@@ -63,6 +65,8 @@ pub mod path;
 pub mod recent;
 pub mod slot;
 pub mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tip;
 pub mod version;
 

@@ -21,9 +21,13 @@
 //! [`OKF_KEYS`]: crate::metadata::OKF_KEYS
 
 use bytes::Bytes;
+use quire_blob::BlobStore;
 
+use crate::error::{Error, Op, Result};
 use crate::ids::Hash;
+use crate::keys;
 use crate::metadata::{self, Metadata, OKF_KEYS};
+use crate::model::{Location, VersionRecord};
 
 /// One decoded version.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,6 +149,56 @@ impl StoredVersion {
             return Err("version bytes are not in canonical form".into());
         }
         Ok(decoded)
+    }
+}
+
+/// Reads a version's stored bytes (a range get inside its slot, or its blob) and checks
+/// their size and hash against the record.
+pub async fn read_version(
+    store: &dyn BlobStore,
+    prefix: &str,
+    record: &VersionRecord,
+) -> Result<Bytes> {
+    let bytes = version_bytes(store, prefix, record)
+        .await
+        .map_err(|e| Error::storage(Op::Read, e))?;
+    if bytes.len() as u64 != record.size || Hash::of(&bytes) != record.hash {
+        return Err(Error::integrity(
+            Op::Read,
+            version_key(prefix, record),
+            format!(
+                "bytes of version {} do not match its record",
+                record.version
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A version's stored bytes as the bucket holds them, unchecked: for a reader that verifies
+/// them itself (chain verification must see what is stored, damage included).
+pub async fn version_bytes(
+    store: &dyn BlobStore,
+    prefix: &str,
+    record: &VersionRecord,
+) -> quire_blob::Result<Bytes> {
+    match record.location {
+        Location::Inline { slot, offset } => {
+            let key = keys::slot_key(prefix, slot);
+            store.get_range(&key, offset..offset + record.size).await
+        }
+        Location::Blob => {
+            let key = keys::blob_key(prefix, &record.hash);
+            Ok(store.get(&key).await?.data)
+        }
+    }
+}
+
+/// The key of the object holding a version's bytes.
+fn version_key(prefix: &str, record: &VersionRecord) -> String {
+    match record.location {
+        Location::Inline { slot, .. } => keys::slot_key(prefix, slot),
+        Location::Blob => keys::blob_key(prefix, &record.hash),
     }
 }
 

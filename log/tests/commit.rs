@@ -1,5 +1,5 @@
 //! The group committer on the memory driver, with latency, holds and ambiguity injected by
-//! test wrappers. Time is tokio's paused clock: latency is simulated, nothing sleeps.
+//! the simulated store. Time is tokio's paused clock: latency is simulated, nothing sleeps.
 
 mod common;
 
@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::committers::*;
-use common::stores::TestStore;
 use common::*;
 use futures::future::join_all;
-use quire_blob::BlobStore;
 use quire_blob::memory::MemoryStore;
+use quire_blob::{BlobStore, Fault, FaultRule, Op, Simulated};
 use quire_log::build::Mutation;
-use quire_log::commit::{Committer, Outcome, WriteRequest};
+use quire_log::commit::{CommitRequest, Committer, Outcome};
 use quire_log::{DocPath, ErrorKind, Result, WorldState};
 
 fn append(path: &str, expected: u64, body: &str) -> Mutation {
@@ -155,34 +154,36 @@ async fn batch_sizes_grow_under_a_deep_queue() {
 #[tokio::test(start_paused = true)]
 async fn ambiguous_creates_that_landed_are_wins() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let test = Arc::new(TestStore::new(memory.clone()));
-    // The store keeps one rule at a time: slots first.
-    test.ambiguous_after_apply("log/", 2);
+    let test = simulated(memory.clone());
+    let slot_creates = test.calls(&[Op::Create], "w/log/");
+    let blob_creates = test.calls(&[Op::Create], "w/blobs/");
+    // Slots first.
+    test.add_fault(FaultRule::new(Op::Create, "w/log/", Fault::AmbiguousAfterApply).first(2));
     let c = start(test.clone(), WorldState::genesis(WORLD), 1, |_| {});
     let a = submit(&c, publish("/a.md", "a")).await.unwrap();
     let b = submit(&c, publish("/b.md", "b")).await.unwrap();
     assert_eq!((a.sequence, b.sequence), (Some(2), Some(3)));
     // Each landed create was answered ambiguous, read back, and recognised: exactly one
     // attempt per slot, no duplicate writes, no lost race reported.
-    assert_eq!(test.failed_after_apply.load(Ordering::SeqCst), 2);
-    assert_eq!(test.slot_creates.load(Ordering::SeqCst), 2);
+    assert_eq!(test.injected().ambiguous_after_apply, 2);
+    assert_eq!(slot_creates.count(), 2);
 
     // Then a blob: a body over the inline limit is staged, its create lands and is
     // answered ambiguous, and the blob is read back rather than created again.
-    test.ambiguous_after_apply("blobs/", 1);
+    test.add_fault(FaultRule::new(Op::Create, "w/blobs/", Fault::AmbiguousAfterApply).first(1));
     let big = "big\n".repeat(quire_log::slot::DEFAULT_INLINE_LIMIT);
     let written = submit(&c, publish("/big.md", &big)).await.unwrap();
     assert_eq!(written.sequence, Some(4));
-    assert_eq!(test.failed_after_apply.load(Ordering::SeqCst), 3);
-    assert_eq!(test.blob_creates.load(Ordering::SeqCst), 1);
-    assert_eq!(test.slot_creates.load(Ordering::SeqCst), 3);
+    assert_eq!(test.injected().ambiguous_after_apply, 3);
+    assert_eq!(blob_creates.count(), 1);
+    assert_eq!(slot_creates.count(), 3);
     assert_eq!(c.stats().slots_lost, 0);
     let state = replayed(memory.as_ref()).await;
     assert_eq!(state.sequence(), 4);
     assert!(state == c.state());
     let doc = state.doc(&DocPath::parse("/big.md").unwrap()).unwrap();
     assert_eq!(doc.head.location, quire_log::Location::Blob);
-    let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, &doc.head)
+    let bytes = quire_log::version::read_version(memory.as_ref(), PREFIX, &doc.head)
         .await
         .unwrap();
     let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
@@ -192,26 +193,24 @@ async fn ambiguous_creates_that_landed_are_wins() {
 #[tokio::test(start_paused = true)]
 async fn expired_queued_requests_never_commit() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let test = Arc::new(TestStore::new(memory.clone()));
+    let test = simulated(memory.clone());
     let c = start(test.clone(), WorldState::genesis(WORLD), 1, |c| {
         c.pipeline = 1
     });
-    test.hold("log/");
+    let hold = test.hold(Op::Create, "w/log/");
     let first = tokio::spawn({
         let c = c.clone();
         async move { submit(&c, publish("/first.md", "1")).await }
     });
-    while test.held.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
-    let mut late = WriteRequest::new(publish("/late.md", "2"));
+    hold.wait_held(1).await;
+    let mut late = CommitRequest::new(publish("/late.md", "2"));
     late.deadline = Some(tokio::time::Instant::now() + Duration::from_millis(100));
     let queued = tokio::spawn({
         let c = c.clone();
         async move { c.submit(late).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    test.release();
+    drop(hold);
     assert_eq!(
         queued.await.unwrap().unwrap_err().kind(),
         ErrorKind::Canceled
@@ -275,20 +274,18 @@ async fn race_two(
         submit(&setup, m.clone()).await.unwrap();
     }
     let state = setup.state();
-    let slow = Arc::new(TestStore::new(memory.clone()));
+    let slow = simulated(memory.clone());
     let a = start(memory.clone(), state.clone(), 1, |_| {});
     let b = start(slow.clone(), state, 2, |_| {});
-    slow.hold("log/");
+    let hold = slow.hold(Op::Create, "w/log/");
     let b_write = tokio::spawn({
         let b = b.clone();
         async move { submit(&b, second).await }
     });
-    while slow.held.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
+    hold.wait_held(1).await;
     // B's slot is built and its create is on its way; A takes the name first.
     let a_result = submit(&a, first).await;
-    slow.release();
+    drop(hold);
     let b_result = b_write.await.unwrap();
     (a_result, b_result, replayed(memory.as_ref()).await)
 }
@@ -343,7 +340,7 @@ async fn a_peer_slot_rebuilds_only_the_members_it_touched() {
     let setup = start(memory.clone(), WorldState::genesis(WORLD), 9, |_| {});
     submit(&setup, publish("/x.md", "x1")).await.unwrap();
     let state = setup.state();
-    let slow = Arc::new(TestStore::new(memory.clone()));
+    let slow = simulated(memory.clone());
     let (hook, mut seen) = tokio::sync::mpsc::unbounded_channel();
     let a = start(slow.clone(), state.clone(), 1, move |c| {
         c.on_committed = Some(Arc::new(move |s| {
@@ -351,7 +348,8 @@ async fn a_peer_slot_rebuilds_only_the_members_it_touched() {
         }));
     });
     let peer = start(memory.clone(), state, 2, |_| {});
-    slow.hold("log/");
+    let hold = slow.hold(Op::Create, "w/log/");
+    let blob_creates = slow.calls(&[Op::Create], "w/blobs/");
     // Five large writes in one batch: each stages a blob before the slot create.
     let big = |tag: &str| format!("{tag}\n{}", "y".repeat(10_000));
     let batch = vec![
@@ -365,13 +363,11 @@ async fn a_peer_slot_rebuilds_only_the_members_it_touched() {
         let a = a.clone();
         async move { join_all(batch.into_iter().map(|m| submit(&a, m))).await }
     });
-    while slow.held.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(slow.blob_creates.load(Ordering::SeqCst), 5);
+    hold.wait_held(1).await;
+    assert_eq!(blob_creates.count(), 5);
     // The peer takes the next name with a conflicting write to /x.md.
     submit(&peer, cas("/x.md", 1, "peer")).await.unwrap();
-    slow.release();
+    drop(hold);
     let results = writes.await.unwrap();
     assert_eq!(results[1].as_ref().unwrap_err().kind(), ErrorKind::Conflict);
     for i in [0, 2, 3, 4] {
@@ -384,7 +380,7 @@ async fn a_peer_slot_rebuilds_only_the_members_it_touched() {
     assert_eq!((stats.slots_lost, stats.slots_won), (1, 1));
     assert_eq!((stats.members_kept, stats.members_rebuilt), (4, 1));
     // Nothing was staged again.
-    assert_eq!(slow.blob_creates.load(Ordering::SeqCst), 5);
+    assert_eq!(blob_creates.count(), 5);
     let state = replayed(memory.as_ref()).await;
     assert!(state == a.state());
     assert_eq!(state.sequence(), 7);
@@ -414,11 +410,9 @@ async fn stores_share_one_log_with(
     expect_races: bool,
 ) {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let committers: Vec<(Committer, Arc<TestStore>)> = (0..stores)
+    let committers: Vec<(Committer, Arc<Simulated>)> = (0..stores)
         .map(|i| {
-            let wrapped = Arc::new(
-                TestStore::new(memory.clone()).with_latency(latency.clone(), u64::from(i) + 100),
-            );
+            let wrapped = jittered(memory.clone(), latency.clone(), u64::from(i) + 100);
             (
                 start(wrapped.clone(), WorldState::genesis(WORLD), i + 1, |_| {}),
                 wrapped,
@@ -465,7 +459,7 @@ async fn stores_share_one_log_with(
     for (path, version, body) in &acked {
         let doc = state.doc(&DocPath::parse(path).unwrap()).unwrap();
         let record = doc.recent_version(*version).unwrap();
-        let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, record)
+        let bytes = quire_log::version::read_version(memory.as_ref(), PREFIX, record)
             .await
             .unwrap();
         let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
@@ -520,7 +514,7 @@ async fn contending_stores_take_turns() {
     // channel would).
     let peers: Arc<std::sync::Mutex<Vec<Committer>>> = Arc::default();
     for s in 0..2u8 {
-        let wrapped = Arc::new(TestStore::new(memory.clone()).with_latency(5..6, u64::from(s)));
+        let wrapped = jittered(memory.clone(), 5..6, u64::from(s));
         let hint_to = peers.clone();
         let c = start(wrapped, WorldState::genesis(WORLD), s + 1, move |c| {
             c.on_committed = Some(Arc::new(move |sequence| {
@@ -567,20 +561,25 @@ async fn contending_stores_take_turns() {
 #[tokio::test(start_paused = true)]
 async fn unapplied_failures_are_retried_and_hard_failures_answered() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let test = Arc::new(TestStore::new(memory.clone()));
+    let test = simulated(memory.clone());
+    let slot_creates = test.calls(&[Op::Create], "w/log/");
     let c = start(test.clone(), WorldState::genesis(WORLD), 1, |_| {});
     // Unavailable before the create applied: read back (absent), retry the identical create.
-    test.fail_before_apply("log/", quire_blob::ErrorKind::Unavailable, 2);
+    test.add_fault(FaultRule::new(Op::Create, "w/log/", Fault::Unavailable).first(2));
     let a = submit(&c, publish("/a.md", "a")).await.unwrap();
     assert_eq!(a.sequence, Some(2));
-    assert_eq!(test.slot_creates.load(Ordering::SeqCst), 3);
+    assert_eq!(slot_creates.count(), 3);
     // Blob creates answered ambiguous after landing are retried into "exists": fine.
-    test.ambiguous_after_apply("blobs/", 1);
+    test.add_fault(FaultRule::new(Op::Create, "w/blobs/", Fault::AmbiguousAfterApply).first(1));
     let big = "z".repeat(9000);
     submit(&c, publish("/big.md", &big)).await.unwrap();
     // A failure that is not retryable answers the batch's writers with it; members judged on
     // those writes are judged again; later writes go on.
-    test.fail_before_apply("log/", quire_blob::ErrorKind::Integrity, 1);
+    test.add_fault(
+        FaultRule::new(Op::Create, "w/log/", Fault::AmbiguousBeforeApply)
+            .reporting(quire_blob::ErrorKind::Integrity)
+            .first(1),
+    );
     let (err, under) = tokio::join!(
         submit(&c, publish("/b.md", "b")),
         submit(&c, publish("/b.md/under.md", "u")),
@@ -598,7 +597,7 @@ async fn unapplied_failures_are_retried_and_hard_failures_answered() {
 struct NeedsTag(std::sync::atomic::AtomicUsize);
 
 #[async_trait::async_trait]
-impl quire_log::commit::Precondition for NeedsTag {
+impl quire_log::commit::CommitCheck for NeedsTag {
     async fn check(
         &self,
         state: &WorldState,
@@ -633,14 +632,14 @@ async fn preconditions_run_after_store_checks_and_again_when_the_policy_changes(
         .unwrap();
     submit(&setup, publish("/a.md", "a")).await.unwrap();
     let state = setup.state();
-    let slow = Arc::new(TestStore::new(memory.clone()));
+    let slow = simulated(memory.clone());
     let policy = Some(DocPath::parse("/policy.md").unwrap());
     let a = start(slow.clone(), state.clone(), 1, |c| {
         c.policy_path = policy.clone()
     });
     let peer = start(memory.clone(), state, 2, |_| {});
     let check = Arc::new(NeedsTag(Default::default()));
-    let with_check = |m: Mutation| WriteRequest {
+    let with_check = |m: Mutation| CommitRequest {
         mutation: m,
         deadline: None,
         precondition: Some(check.clone()),
@@ -655,15 +654,13 @@ async fn preconditions_run_after_store_checks_and_again_when_the_policy_changes(
     assert_eq!(check.0.load(Ordering::SeqCst), 0);
     // An untagged write passes under the lenient policy, but the peer makes the policy strict
     // first: the rebuilt member runs the precondition again and is refused.
-    slow.hold("log/");
+    let hold = slow.hold(Op::Create, "w/log/");
     let write = tokio::spawn({
         let a = a.clone();
         let request = with_check(publish("/b.md", "b"));
         async move { a.submit(request).await }
     });
-    while slow.held.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
+    hold.wait_held(1).await;
     assert_eq!(check.0.load(Ordering::SeqCst), 1);
     submit(
         &peer,
@@ -671,7 +668,7 @@ async fn preconditions_run_after_store_checks_and_again_when_the_policy_changes(
     )
     .await
     .unwrap();
-    slow.release();
+    drop(hold);
     let err = write.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Rejected);
     assert_eq!(check.0.load(Ordering::SeqCst), 2);
@@ -700,7 +697,7 @@ async fn queued_appends_warm_their_document_once() {
     );
     let state = replayed(memory.as_ref()).await;
     let doc = state.doc(&DocPath::parse("/log.md").unwrap()).unwrap();
-    let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, &doc.head)
+    let bytes = quire_log::version::read_version(memory.as_ref(), PREFIX, &doc.head)
         .await
         .unwrap();
     let stored = quire_log::version::StoredVersion::decode(&bytes).unwrap();
@@ -710,7 +707,7 @@ async fn queued_appends_warm_their_document_once() {
 #[tokio::test(start_paused = true)]
 async fn appends_chain_on_versions_still_in_the_pipeline() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
-    let test = Arc::new(TestStore::new(memory.clone()));
+    let test = simulated(memory.clone());
     let metered = quire_blob::Metered::new(test.clone());
     let c = start(
         Arc::new(metered.clone()),
@@ -718,14 +715,12 @@ async fn appends_chain_on_versions_still_in_the_pipeline() {
         1,
         |_| {},
     );
-    let hold = test.hold("log/");
+    let hold = test.hold(Op::Create, "w/log/");
     let first = tokio::spawn({
         let c = c.clone();
         async move { submit(&c, publish("/a.md", "one")).await }
     });
-    while test.held.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
+    hold.wait_held(1).await;
     // While slot 2 is held, two appends build on its unconfirmed version and on each other.
     let appends = tokio::spawn({
         let c = c.clone();
@@ -741,7 +736,6 @@ async fn appends_chain_on_versions_still_in_the_pipeline() {
         tokio::task::yield_now().await;
     }
     drop(hold);
-    test.release();
     first.await.unwrap().unwrap();
     let (two, three) = appends.await.unwrap();
     assert_eq!(
@@ -756,7 +750,7 @@ async fn appends_chain_on_versions_still_in_the_pipeline() {
     );
     let state = replayed(memory.as_ref()).await;
     let doc = state.doc(&DocPath::parse("/a.md").unwrap()).unwrap();
-    let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, &doc.head)
+    let bytes = quire_log::version::read_version(memory.as_ref(), PREFIX, &doc.head)
         .await
         .unwrap();
     let body = quire_log::version::StoredVersion::decode(&bytes)

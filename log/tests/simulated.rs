@@ -116,7 +116,7 @@ async fn faulty_stores_lose_nothing(stores: u8) {
     for (path, version, body) in &acked {
         let doc = state.doc(&DocPath::parse(path).unwrap()).unwrap();
         let record = doc.recent_version(*version).unwrap();
-        let bytes = quire_log::commit::read_version(memory.as_ref(), PREFIX, record)
+        let bytes = quire_log::version::read_version(memory.as_ref(), PREFIX, record)
             .await
             .unwrap();
         assert_eq!(

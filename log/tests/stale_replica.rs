@@ -5,21 +5,18 @@
 
 mod common;
 
-use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use common::committers::*;
-use common::stores::TestStore;
 use common::*;
 use futures::future::join_all;
 use quire_blob::memory::MemoryStore;
-use quire_blob::{Attributes, BlobStore, Generation, ListPage, Metered, Object};
+use quire_blob::{BlobStore, Fault, FaultRule, Metered, Op};
 use quire_log::build::Mutation;
-use quire_log::commit::{Committer, read_version};
+use quire_log::commit::Committer;
+use quire_log::version::read_version;
 use quire_log::{DocPath, ErrorKind, WorldState};
 
 fn append(path: &str, expected: u64, body: &str) -> Mutation {
@@ -177,22 +174,20 @@ async fn the_quota_holds_after_a_lost_race() {
     let setup = start(store.clone(), WorldState::genesis(WORLD), 9, |_| {});
     submit(&setup, publish("/a.md", "a")).await.unwrap();
     let state = setup.state();
-    let slow = Arc::new(TestStore::new(store.clone()));
+    let slow = simulated(store.clone());
     let quota = |c: &mut quire_log::commit::CommitterConfig| c.max_documents = 2;
     let a = start(store.clone(), state.clone(), 1, quota);
     let b = start(slow.clone(), state, 2, quota);
-    slow.hold("log/");
+    let hold = slow.hold(Op::Create, "w/log/");
     let b_write = tokio::spawn({
         let b = b.clone();
         async move { submit(&b, publish("/y.md", "y")).await }
     });
-    while slow.held.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
+    hold.wait_held(1).await;
     // A fills the world while B's create is on its way; B loses the name and must not keep
     // its create of a third document.
     submit(&a, publish("/x.md", "x")).await.unwrap();
-    slow.release();
+    drop(hold);
     assert_eq!(b_write.await.unwrap().unwrap_err().kind(), ErrorKind::Quota);
     assert_eq!(replayed(store.as_ref()).await.doc_count(), 2);
 }
@@ -200,17 +195,25 @@ async fn the_quota_holds_after_a_lost_race() {
 #[tokio::test(start_paused = true)]
 async fn a_refused_blob_create_is_never_counted_as_stored() {
     let store = memory();
-    let test = Arc::new(TestStore::new(store.clone()));
+    let test = simulated(store.clone());
     let c = start(test.clone(), WorldState::genesis(WORLD), 1, |_| {});
     let big = |tag: &str| format!("{tag}\n{}", "z".repeat(9000));
     // A precondition answer for a blob that is not there (a driver mapping an invalid-request
     // answer so): read back, found absent, created again.
-    test.fail_before_apply("blobs/", quire_blob::ErrorKind::Precondition, 1);
+    test.add_fault(
+        FaultRule::new(Op::Create, "w/blobs/", Fault::AmbiguousBeforeApply)
+            .reporting(quire_blob::ErrorKind::Precondition)
+            .first(1),
+    );
     submit(&c, publish("/big.md", &big("one"))).await.unwrap();
     let state = replayed(store.as_ref()).await;
     assert_eq!(body_of(store.as_ref(), &state, "/big.md").await, big("one"));
     // A definite refusal of a blob that is not there fails the write; nothing commits.
-    test.fail_before_apply("blobs/", quire_blob::ErrorKind::Integrity, 1);
+    test.add_fault(
+        FaultRule::new(Op::Create, "w/blobs/", Fault::AmbiguousBeforeApply)
+            .reporting(quire_blob::ErrorKind::Integrity)
+            .first(1),
+    );
     let err = submit(&c, publish("/big.md", &big("two")))
         .await
         .unwrap_err();
@@ -221,75 +224,37 @@ async fn a_refused_blob_create_is_never_counted_as_stored() {
 #[tokio::test(start_paused = true)]
 async fn a_slot_create_that_landed_but_was_answered_badly_is_a_win() {
     let store = memory();
-    let test = Arc::new(TestStore::new(store.clone()));
+    let test = simulated(store.clone());
+    let slot_creates = test.calls(&[Op::Create], "w/log/");
     let c = start(test.clone(), WorldState::genesis(WORLD), 1, |_| {});
     // The create lands; its answer cannot be read. Read back: our bytes, so it won.
-    test.fail_after_apply("log/", quire_blob::ErrorKind::Integrity, 1);
+    test.add_fault(
+        FaultRule::new(Op::Create, "w/log/", Fault::AmbiguousAfterApply)
+            .reporting(quire_blob::ErrorKind::Integrity)
+            .first(1),
+    );
     let first = submit(&c, publish("/a.md", "a")).await.unwrap();
     assert_eq!(first.sequence, Some(2));
     // The same for a blob: staged, and the slot naming it commits.
     let big = format!("b\n{}", "z".repeat(9000));
-    test.fail_after_apply("blobs/", quire_blob::ErrorKind::Integrity, 1);
+    test.add_fault(
+        FaultRule::new(Op::Create, "w/blobs/", Fault::AmbiguousAfterApply)
+            .reporting(quire_blob::ErrorKind::Integrity)
+            .first(1),
+    );
     let second = submit(&c, publish("/b.md", &big)).await.unwrap();
     assert_eq!(second.sequence, Some(3));
-    assert_eq!(test.slot_creates.load(Ordering::SeqCst), 2);
+    assert_eq!(slot_creates.count(), 2);
     let state = replayed(store.as_ref()).await;
     assert!(state == c.state());
     assert_eq!(body_of(store.as_ref(), &state, "/b.md").await, big);
 }
 
-/// A store whose blob creates panic while `armed`.
-#[derive(Debug)]
-struct PanicsOnBlobs {
-    inner: Arc<dyn BlobStore>,
-    armed: AtomicBool,
-}
-
-#[async_trait]
-impl BlobStore for PanicsOnBlobs {
-    async fn create(&self, key: &str, data: Bytes) -> quire_blob::Result<Attributes> {
-        if key.contains("blobs/") && self.armed.swap(false, Ordering::SeqCst) {
-            panic!("injected panic in a blob create");
-        }
-        self.inner.create(key, data).await
-    }
-    async fn get(&self, key: &str) -> quire_blob::Result<Object> {
-        self.inner.get(key).await
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> quire_blob::Result<Bytes> {
-        self.inner.get_range(key, range).await
-    }
-    async fn head(&self, key: &str) -> quire_blob::Result<Attributes> {
-        self.inner.head(key).await
-    }
-    async fn replace(
-        &self,
-        key: &str,
-        generation: &Generation,
-        data: Bytes,
-    ) -> quire_blob::Result<Attributes> {
-        self.inner.replace(key, generation, data).await
-    }
-    async fn delete(&self, key: &str, generation: &Generation) -> quire_blob::Result<()> {
-        self.inner.delete(key, generation).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        cursor: Option<&str>,
-    ) -> quire_blob::Result<ListPage> {
-        self.inner.list(prefix, start_after, cursor).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_panicked_staging_task_fails_its_writers_and_the_committer_goes_on() {
     let store = memory();
-    let panics = Arc::new(PanicsOnBlobs {
-        inner: store.clone(),
-        armed: AtomicBool::new(true),
-    });
+    let panics = simulated(store.clone());
+    panics.add_fault(FaultRule::new(Op::Create, "w/blobs/", Fault::Panic).first(1));
     let c = start(panics, WorldState::genesis(WORLD), 1, |_| {});
     let big = format!("b\n{}", "z".repeat(9000));
     // The paused clock jumps ahead when everything waits: a wedged committer times out.

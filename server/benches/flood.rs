@@ -10,6 +10,7 @@
 //! and under the flood against the bound docs/SPEC.md ("Limits", Memory) states for that
 //! many connections, the normal client's p50/p99, and how many slow connections the server
 //! closed by its timeouts.
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 
 mod support;
 

@@ -22,6 +22,7 @@
 //!
 //! Every process, the S3 server and the load generator share this machine's cores: the
 //! figures are of that whole.
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 
 mod support;
 

@@ -6,6 +6,7 @@
 //! limits with a tokens file of `N` tokens, each client `C` at once. Every write publishes
 //! a new small document over HTTP keep-alive. Reports accepted writes per second, refusals
 //! (429) and latency.
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 
 mod support;
 

@@ -12,6 +12,10 @@
 //! timeout (which also closes an idle keep-alive connection), a body-read timeout, and a
 //! cap on open connections. A request is admitted by its world's limits before its body is
 //! read, and a body announced over the limit is refused unread.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "request latency metrics measure real time"
+)]
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -18,6 +18,10 @@
 //! Shutdown stops accepting connections and streams, ends open watches with `closing`, lets
 //! the streams in flight finish (for at most the shutdown timeout), then closes the
 //! endpoint.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "request latency metrics measure real time"
+)]
 
 use std::future::Future;
 use std::net::SocketAddr;

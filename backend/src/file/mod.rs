@@ -47,7 +47,6 @@ use quire_log::{
     Clock, DocPath, DocState, Hash, OperationId, StoreId, SystemClock, VersionRecord, WorldId,
     WorldState,
 };
-use rand::Rng;
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::changes::{ChangeEvent, ChangeHub};
@@ -298,7 +297,7 @@ impl FileStore {
             }
             _ => None,
         };
-        let operation = OperationId::random(&mut rand::rng());
+        let operation = OperationId::random(&mut quire_log::clock::rng());
         let limits = BuildLimits {
             max_documents: inner.options.max_documents,
         };
@@ -492,7 +491,7 @@ fn open_blocking(root: PathBuf, options: FileOptions) -> Result<FileStore> {
                 ),
             ));
         }
-        let world = WorldId::random(&mut rand::rng());
+        let world = WorldId::random(&mut quire_log::clock::rng());
         disk.ensure_dir(&system)
             .map_err(io("create the system directory"))?;
         disk.prepare()
@@ -523,7 +522,7 @@ fn open_blocking(root: PathBuf, options: FileOptions) -> Result<FileStore> {
     let state = WorldState::restore(world, GENESIS_SEQUENCE, genesis_tip(world), docs)
         .map_err(|e| open_error(&root, ErrorKind::Integrity, e.to_string()))?;
     let hub = (options.change_ring > 0).then(|| {
-        let epoch: u64 = rand::rng().random();
+        let epoch: u64 = quire_log::clock::seed();
         Arc::new(ChangeHub::new(
             format!("{:012x}", epoch >> 16),
             state.sequence(),
@@ -541,7 +540,7 @@ fn open_blocking(root: PathBuf, options: FileOptions) -> Result<FileStore> {
             shared,
             options,
             world,
-            store: StoreId::random(&mut rand::rng()),
+            store: StoreId::random(&mut quire_log::clock::rng()),
             writer: Arc::new(AsyncMutex::new(())),
             closed: AtomicBool::new(false),
             lock: Mutex::new(Some(lock)),

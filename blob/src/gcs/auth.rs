@@ -4,7 +4,9 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
@@ -197,6 +199,10 @@ impl Auth {
 }
 
 impl ServiceAccount {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the JWT's claims are checked against real time"
+    )]
     fn assertion(&self) -> Result<String, String> {
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)

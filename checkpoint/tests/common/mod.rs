@@ -1,7 +1,10 @@
-//! Helpers shared by the integration tests: a minimal writer that builds slots with the
-//! log's own build and encode functions and creates them in a store (what the committer
-//! does, without batching or races), and worlds built with it.
+//! Helpers shared by the integration tests: worlds created with the log's slot writer
+//! (`quire_log::testing`), stores to run them on, and reading them back.
 #![allow(dead_code)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "unique bucket names and a settable stamping clock start from real time"
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,15 +16,14 @@ use quire_blob::memory::MemoryStore;
 use quire_checkpoint::export::{ExportedDocument, export};
 use quire_checkpoint::format::TIERS;
 use quire_checkpoint::genesis::create_world;
-use quire_log::build::{BuildLimits, Built, Mutation, build};
-use quire_log::metadata::Metadata;
-use quire_log::slot::{DEFAULT_INLINE_LIMIT, EncodedSlot};
-use quire_log::version::StoredVersion;
-use quire_log::{Hash, OperationId, Slot, StoreId, Timestamp, WorldId, WorldState, keys};
+use quire_log::WorldState;
 
-pub const WORLD: WorldId = WorldId([7; 16]);
-pub const STORE: StoreId = StoreId([9; 16]);
-pub const PREFIX: &str = "w/";
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use quire_log::testing::{
+    PREFIX, STORE, SlotWriter, WORLD, archive, meta, publish, publish_with,
+};
+
 /// Small tier widths, so tests cross grid points.
 pub const SMALL_WIDTHS: [u64; TIERS - 1] = [64, 16];
 
@@ -70,132 +72,11 @@ pub async fn s3() -> Option<Arc<dyn BlobStore>> {
     Some(Arc::new(store))
 }
 
-pub fn meta(pairs: &[(&str, &str)]) -> Metadata {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).into(), (*v).into()))
-        .collect()
-}
-
-pub fn publish(path: &str, body: &str) -> Mutation {
-    publish_with(path, body, Metadata::new())
-}
-
-pub fn publish_with(path: &str, body: &str, metadata: Metadata) -> Mutation {
-    Mutation::Publish {
-        path: path.into(),
-        expected: None,
-        body: Bytes::copy_from_slice(body.as_bytes()),
-        metadata,
-    }
-}
-
-pub fn archive(path: &str, archived: bool) -> Mutation {
-    Mutation::SetArchived {
-        path: path.into(),
-        archived,
-    }
-}
-
-/// Writes slots straight into a store.
-pub struct Writer {
-    pub store: Arc<dyn BlobStore>,
-    pub state: WorldState,
-    versions: HashMap<Hash, Bytes>,
-    operations: u64,
-}
-
-impl Writer {
-    /// Creates the world (genesis) and a writer at its tip.
-    pub async fn create(store: Arc<dyn BlobStore>, widths: [u64; TIERS - 1]) -> Writer {
-        create_world(&*store, PREFIX, WORLD, widths).await.unwrap();
-        Writer {
-            store,
-            state: WorldState::genesis(WORLD),
-            versions: HashMap::new(),
-            operations: 0,
-        }
-    }
-
-    /// A writer at `state` of a world already in `store` (operation ids start far from any
-    /// a fixture's writer used).
-    pub fn resume(store: Arc<dyn BlobStore>, state: WorldState) -> Writer {
-        Writer {
-            store,
-            state,
-            versions: HashMap::new(),
-            operations: 1 << 40,
-        }
-    }
-
-    /// Commits one slot holding `mutations` (each built on the ones before it). Versions up
-    /// to the inline limit travel inline; larger ones become blobs first.
-    pub async fn commit(&mut self, mutations: &[Mutation]) -> EncodedSlot {
-        let mut working = self.state.clone();
-        let mut entries = Vec::new();
-        for mutation in mutations {
-            self.operations += 1;
-            let mut id = [0u8; 16];
-            id[..8].copy_from_slice(&self.operations.to_be_bytes());
-            let base = match mutation {
-                Mutation::Append { path, .. } => {
-                    let doc = working
-                        .doc(&quire_log::DocPath::parse(path).unwrap())
-                        .unwrap();
-                    Some(StoredVersion::decode(&self.versions[&doc.head.hash]).unwrap())
-                }
-                _ => None,
-            };
-            let built = build(
-                &working,
-                mutation,
-                OperationId(id),
-                Timestamp(1_767_225_600 + self.operations),
-                BuildLimits { max_documents: 0 },
-                &mut None,
-                base.as_ref(),
-            )
-            .unwrap();
-            let Built::Change(change) = built else {
-                continue;
-            };
-            let mut entry = change.entry;
-            if let (Some(w), Some(bytes)) = (entry.write.as_mut(), change.version_bytes) {
-                self.versions.insert(w.hash, bytes.clone());
-                if bytes.len() <= DEFAULT_INLINE_LIMIT {
-                    w.inline = Some(bytes);
-                } else {
-                    let key = keys::blob_key(PREFIX, &w.hash);
-                    match self.store.create(&key, bytes).await {
-                        Ok(_) => {}
-                        Err(e) if e.is_precondition() => {}
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-            }
-            let one = seal(&working, vec![entry.clone()]);
-            working = working.apply(&one).unwrap();
-            entries.push(entry);
-        }
-        assert!(!entries.is_empty(), "nothing to commit");
-        let slot = seal(&self.state, entries);
-        let key = keys::slot_key(PREFIX, slot.slot.first);
-        self.store.create(&key, slot.bytes.clone()).await.unwrap();
-        self.state = self.state.apply(&slot).unwrap();
-        slot
-    }
-}
-
-fn seal(state: &WorldState, entries: Vec<quire_log::Entry>) -> EncodedSlot {
-    let first = state.sequence() + 1;
-    let slot = Slot {
-        world: state.world(),
-        first,
-        store: STORE,
-        prev: state.tip(),
-        entries,
-    };
-    EncodedSlot::encode(slot, &keys::slot_key("", first)).unwrap()
+/// A writer at the genesis of a world it creates in `store` (the marker and a genesis
+/// checkpoint with tier widths `widths`).
+pub async fn new_world(store: Arc<dyn BlobStore>, widths: [u64; TIERS - 1]) -> SlotWriter {
+    create_world(&*store, PREFIX, WORLD, widths).await.unwrap();
+    SlotWriter::new(store, WorldState::genesis(WORLD))
 }
 
 /// Every document and version of `state`.

@@ -5,13 +5,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use quire_blob::BlobStore;
 use quire_log::build::Mutation;
-use quire_log::commit::{Committer, CommitterConfig, Outcome, WriteRequest};
+use quire_log::commit::{CommitRequest, Committer, CommitterConfig, Outcome};
 use quire_log::{ManualClock, Result, StoreId, Timestamp, WorldState, tip};
 
-use super::WORLD;
-
-/// The world's key prefix in these tests.
-pub const PREFIX: &str = "w/";
+use quire_log::testing::{EPOCH, PREFIX, WORLD};
 
 /// A committer for store `id` on `state`, its config adjusted by `tweak`; the clock stands
 /// still at 2026-01-01.
@@ -31,13 +28,13 @@ pub fn start(
     Committer::start(
         store,
         state,
-        Arc::new(ManualClock::new(Timestamp(1_767_225_600))),
+        Arc::new(ManualClock::new(Timestamp(EPOCH))),
         config,
     )
 }
 
 pub async fn submit(c: &Committer, m: Mutation) -> Result<Outcome> {
-    c.submit(WriteRequest::new(m)).await
+    c.submit(CommitRequest::new(m)).await
 }
 
 /// A publish that expects `expected` to be the current version.

@@ -1,5 +1,6 @@
 //! Local object-store servers for tests: installed idempotently into project-local Python
 //! virtual environments (pinned versions), started on 127.0.0.1 only, stopped on drop.
+#![allow(clippy::disallowed_methods, reason = "waits for real server processes")]
 
 pub mod fake_gcs;
 pub mod seaweedfs;
