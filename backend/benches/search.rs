@@ -37,7 +37,7 @@ use quire_backend::{
     CatalogQuery, Ctx, ErrorKind, Follower, MatchMode, SearchOptions, Store, WriteRequest,
 };
 use quire_blob::BlobStore;
-use quire_blob::file::FileStore;
+use quire_blob::file::DirBlobStore;
 use quire_log::commit::CommittedHook;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -260,7 +260,7 @@ async fn main() {
         .dir
         .clone()
         .unwrap_or_else(|| scratch.path().join("bucket"));
-    let blobs: Arc<dyn BlobStore> = Arc::new(FileStore::open(&dir).expect("a file driver"));
+    let blobs: Arc<dyn BlobStore> = Arc::new(DirBlobStore::open(&dir).expect("a file driver"));
     let mut rng = StdRng::seed_from_u64(args.seed);
     let vocab = Arc::new(Vocabulary::new(&mut rng, 50_000));
 

@@ -411,13 +411,13 @@ struct KeyPath {
 /// Paths grow to about three bytes per key byte, so the root's own path should stay well under
 /// 1000 bytes for the longest keys to fit the system's path limit.
 #[derive(Clone, Debug)]
-pub struct FileStore {
+pub struct DirBlobStore {
     root: Arc<PathBuf>,
 }
 
-impl FileStore {
+impl DirBlobStore {
     /// Opens the store kept in `root`, creating the directory when missing.
-    pub fn open(root: impl Into<PathBuf>) -> Result<FileStore, io::Error> {
+    pub fn open(root: impl Into<PathBuf>) -> Result<DirBlobStore, io::Error> {
         let root = root.into();
         fs::create_dir_all(&root)?;
         let root = root.canonicalize()?;
@@ -427,7 +427,7 @@ impl FileStore {
                 format!("{} is not a directory", root.display()),
             ));
         }
-        Ok(FileStore {
+        Ok(DirBlobStore {
             root: Arc::new(root),
         })
     }
@@ -920,7 +920,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 #[async_trait]
-impl BlobStore for FileStore {
+impl BlobStore for DirBlobStore {
     async fn create(&self, key: &str, data: Bytes) -> Result<Attributes> {
         validate_key(Op::Create, key)?;
         let (store, owned) = (self.clone(), key.to_owned());
@@ -1091,7 +1091,7 @@ mod tests {
             let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
             runtime.block_on(async {
                 let dir = tempfile::tempdir().unwrap();
-                let store = FileStore::open(dir.path()).unwrap();
+                let store = DirBlobStore::open(dir.path()).unwrap();
                 let model = MemoryStore::new();
                 for key in &keys {
                     store.create(key, Bytes::from(key.clone())).await.unwrap();

@@ -13,14 +13,14 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use quire_blob::file::FileStore;
+use quire_blob::file::DirBlobStore;
 use quire_blob::memory::MemoryStore;
 use quire_blob::{BlobStore, ErrorKind, Generation, MAX_KEY_LEN, MAX_LIST_PAGE, list_all};
 use tokio::sync::Barrier;
 
-fn store() -> (tempfile::TempDir, FileStore) {
+fn store() -> (tempfile::TempDir, DirBlobStore) {
     let dir = tempfile::tempdir().unwrap();
-    let store = FileStore::open(dir.path().join("store")).unwrap();
+    let store = DirBlobStore::open(dir.path().join("store")).unwrap();
     (dir, store)
 }
 
@@ -61,7 +61,7 @@ async fn round_trip_keeps_bytes_and_attributes() {
     );
 
     // A second handle on the same directory sees the same objects.
-    let again = FileStore::open(store.root()).unwrap();
+    let again = DirBlobStore::open(store.root()).unwrap();
     assert_eq!(again.get("docs/a").await.unwrap().attributes, created);
 }
 
@@ -590,7 +590,7 @@ fn race_key(index: usize) -> String {
 /// The child's part: wait for the parent's go, create every race key, then add to the shared
 /// counter with compare-and-swap loops; report the keys won.
 async fn race_as_child(store_dir: String, report: String, name: String) {
-    let store = FileStore::open(store_dir).unwrap();
+    let store = DirBlobStore::open(store_dir).unwrap();
     let mut go = [0u8; 1];
     std::io::stdin().read_exact(&mut go).unwrap();
     let mut won = Vec::new();

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use generator::{Generator, PREFIX, WORLD};
 use quire_blob::BlobStore;
-use quire_blob::file::FileStore;
+use quire_blob::file::DirBlobStore;
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::genesis::create_world;
 use quire_checkpoint::{OpenOptions, Replica, WriteStats};
@@ -136,7 +136,7 @@ async fn open(store: &Arc<dyn BlobStore>) -> Replica {
 
 fn store(args: &Args) -> Arc<dyn BlobStore> {
     std::fs::create_dir_all(&args.dir).unwrap();
-    Arc::new(FileStore::open(&args.dir).unwrap())
+    Arc::new(DirBlobStore::open(&args.dir).unwrap())
 }
 
 fn report(label: &str, stats: &WriteStats, elapsed: Duration) {

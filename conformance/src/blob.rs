@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::report::{CaseError, CaseResult, Outcome, SuiteReport};
 use bytes::Bytes;
 use futures::StreamExt;
 use quire_blob::{
@@ -39,51 +40,14 @@ impl Default for Capabilities {
     }
 }
 
-/// How one case ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Passed,
-    Failed(String),
-    /// The target cannot show this behaviour; the reason says why.
-    Gap(String),
-}
-
-impl Outcome {
-    /// A short label for tables.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Outcome::Passed => "pass",
-            Outcome::Failed(_) => "FAIL",
-            Outcome::Gap(_) => "emulator gap",
+impl Capabilities {
+    /// What the GCS emulator (fake-gcs-server) can show: it deletes whatever generation a
+    /// DELETE names, so the cases that rely on a conditional delete report a gap there.
+    pub fn fake_gcs() -> Self {
+        Capabilities {
+            conditional_delete: false,
+            ..Capabilities::default()
         }
-    }
-}
-
-/// Every case's outcome, in suite order.
-#[derive(Clone, Debug)]
-pub struct SuiteReport {
-    pub outcomes: Vec<(&'static str, Outcome)>,
-}
-
-impl SuiteReport {
-    pub fn failures(&self) -> Vec<String> {
-        self.outcomes
-            .iter()
-            .filter_map(|(case, outcome)| match outcome {
-                Outcome::Failed(why) => Some(format!("{case}: {why}")),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Panics with every failure's reason when any case failed (for `#[test]`s).
-    pub fn assert_passed(&self) {
-        let failures = self.failures();
-        assert!(
-            failures.is_empty(),
-            "suite failures:\n  {}",
-            failures.join("\n  ")
-        );
     }
 }
 
@@ -105,18 +69,11 @@ pub async fn run_blob_suite(
             root: format!("{root}{name}/"),
             capabilities,
         };
-        let outcome = match case(ctx).await {
-            Ok(None) => Outcome::Passed,
-            Ok(Some(gap)) => Outcome::Gap(gap),
-            Err(why) => Outcome::Failed(why),
-        };
-        outcomes.push((*name, outcome));
+        outcomes.push((*name, Outcome::from(case(ctx).await)));
     }
     SuiteReport { outcomes }
 }
 
-/// A case returns `Ok(None)` on pass, `Ok(Some(reason))` for a gap, `Err(reason)` on failure.
-type CaseResult = Result<Option<String>, String>;
 type CaseFn = fn(Ctx) -> Pin<Box<dyn Future<Output = CaseResult> + Send>>;
 
 #[derive(Clone)]
@@ -229,7 +186,7 @@ async fn round_trips(ctx: Ctx) -> CaseResult {
             format!("head {head:?} != create {created:?}")
         })?;
     }
-    Ok(None)
+    Ok(())
 }
 
 async fn no_aliasing(ctx: Ctx) -> CaseResult {
@@ -258,7 +215,7 @@ async fn no_aliasing(ctx: Ctx) -> CaseResult {
         )
     })?;
     expect_data(&ctx, &key, b"second", "get after replace").await?;
-    Ok(None)
+    Ok(())
 }
 
 async fn duplicate_create(ctx: Ctx) -> CaseResult {
@@ -278,7 +235,7 @@ async fn duplicate_create(ctx: Ctx) -> CaseResult {
     ensure(got == created, || {
         "attributes changed by a failed create".into()
     })?;
-    Ok(None)
+    Ok(())
 }
 
 async fn replace_cas(ctx: Ctx) -> CaseResult {
@@ -327,7 +284,7 @@ async fn replace_cas(ctx: Ctx) -> CaseResult {
         &missing,
         "head",
     )?;
-    Ok(None)
+    Ok(())
 }
 
 const DELETE_GAP: &str = "the target ignores the generation condition on delete";
@@ -366,7 +323,7 @@ async fn delete_cas(ctx: Ctx) -> CaseResult {
         "get after delete",
     )?;
     if !ctx.capabilities.conditional_delete {
-        return Ok(Some(DELETE_GAP.into()));
+        return Err(CaseError::Gap(DELETE_GAP.into()));
     }
     expect_error(
         ctx.store.delete(&key, &second.generation).await,
@@ -375,7 +332,7 @@ async fn delete_cas(ctx: Ctx) -> CaseResult {
         &key,
         "second delete",
     )?;
-    Ok(None)
+    Ok(())
 }
 
 async fn delete_recreate_aba(ctx: Ctx) -> CaseResult {
@@ -407,7 +364,7 @@ async fn delete_recreate_aba(ctx: Ctx) -> CaseResult {
     )?;
     if !ctx.capabilities.conditional_delete {
         expect_data(&ctx, &key, b"second life", "get").await?;
-        return Ok(Some(DELETE_GAP.into()));
+        return Err(CaseError::Gap(DELETE_GAP.into()));
     }
     expect_error(
         ctx.store.delete(&key, &first.generation).await,
@@ -420,7 +377,7 @@ async fn delete_recreate_aba(ctx: Ctx) -> CaseResult {
     ensure(got == second, || {
         "attributes differ from the re-create".into()
     })?;
-    Ok(None)
+    Ok(())
 }
 
 /// Starts `racers` tasks at once (behind a barrier) and collects their results in order.
@@ -489,9 +446,9 @@ async fn expect_one_winner(
     for (i, result) in results.into_iter().enumerate() {
         match result {
             Ok(attrs) if winner.is_none() => winner = Some((i, attrs)),
-            Ok(_) => return Err(format!("two racing {what}s of one key both won")),
+            Ok(_) => return Err(format!("two racing {what}s of one key both won").into()),
             Err(err) if err.kind() == ErrorKind::Precondition => {}
-            Err(err) => return Err(format!("racer {i}: {err}")),
+            Err(err) => return Err(format!("racer {i}: {err}").into()),
         }
     }
     let (i, attrs) = winner.ok_or_else(|| format!("no {what} won"))?;
@@ -499,7 +456,7 @@ async fn expect_one_winner(
     ensure(got == attrs, || {
         "stored attributes differ from the winner's".into()
     })?;
-    Ok(None)
+    Ok(())
 }
 
 async fn list(ctx: Ctx) -> CaseResult {
@@ -533,7 +490,7 @@ async fn list(ctx: Ctx) -> CaseResult {
     ensure(page.next_cursor.is_none(), || {
         "a complete listing has a cursor".into()
     })?;
-    Ok(None)
+    Ok(())
 }
 
 fn keys(objects: &[Attributes]) -> Vec<&str> {
@@ -577,7 +534,7 @@ async fn list_start_after(ctx: Ctx) -> CaseResult {
         &ctx.root,
         "start_after with a newline",
     )?;
-    Ok(None)
+    Ok(())
 }
 
 async fn list_pages(ctx: Ctx) -> CaseResult {
@@ -641,7 +598,7 @@ async fn list_pages(ctx: Ctx) -> CaseResult {
     ensure(keys(&tail) == names[total - 2..], || {
         "list_all after a key".into()
     })?;
-    Ok(None)
+    Ok(())
 }
 
 async fn range_reads(ctx: Ctx) -> CaseResult {
@@ -678,7 +635,7 @@ async fn range_reads(ctx: Ctx) -> CaseResult {
         &missing,
         "range of a missing key",
     )?;
-    Ok(None)
+    Ok(())
 }
 
 async fn validation(ctx: Ctx) -> CaseResult {
@@ -748,7 +705,7 @@ async fn validation(ctx: Ctx) -> CaseResult {
         &ctx.root,
         "garbage cursor",
     )?;
-    Ok(None)
+    Ok(())
 }
 
 async fn canceled(ctx: Ctx) -> CaseResult {
@@ -824,7 +781,7 @@ async fn canceled(ctx: Ctx) -> CaseResult {
     )?;
     let got = expect_data(&ctx, &existing, b"kept", "get").await?;
     ensure(got == base, || "a canceled call changed the object".into())?;
-    Ok(None)
+    Ok(())
 }
 
 async fn missing_keys(ctx: Ctx) -> CaseResult {
@@ -877,5 +834,5 @@ async fn missing_keys(ctx: Ctx) -> CaseResult {
         &key,
         "head after",
     )?;
-    Ok(None)
+    Ok(())
 }

@@ -10,8 +10,8 @@
 
 use quire_backend::{CatalogMatch, CatalogQuery, ErrorKind, Filter, MatchMode};
 
-use crate::blob::SuiteReport;
 use crate::harness::{BackendFactory, CaseCtx, CaseFn, CaseResult, case, ensure, ok, run_cases};
+use crate::report::SuiteReport;
 
 const CASES: &[(&str, CaseFn)] = &[
     case!("body_recall_over_sections", recall_over_sections),
@@ -75,7 +75,8 @@ async fn sorted_rows(c: &CaseCtx, text: &str) -> Result<Vec<String>, String> {
 fn expect(got: Vec<String>, want: &[&str], what: &str) -> CaseResult {
     ensure(got == want, || {
         format!("{what}: found {got:?}, want {want:?}")
-    })
+    })?;
+    Ok(())
 }
 
 const DEBUGGING: &str = "# Debugging\n\nGeneral notes on failures.\n\n## QUIC UDP buffer\n\nThe receive queue is too small: raise it with sysctl.\nWARNING: needs root.\n\n### Workaround\n\nSet rmem_max and restart. Warning: reboots.\n\n## Poison lock\n\nA panic in path.Match poisons the lock.\n";
@@ -173,7 +174,8 @@ async fn recall_over_sections(c: CaseCtx) -> CaseResult {
             .iter()
             .any(|&(s, e)| hit.snippet.get(s..e) == Some("sysctl")),
         || format!("highlights {:?} of {:?}", hit.highlights, hit.snippet),
-    )
+    )?;
+    Ok(())
 }
 
 async fn headingless_document(c: CaseCtx) -> CaseResult {
@@ -213,7 +215,8 @@ async fn headingless_document(c: CaseCtx) -> CaseResult {
     let hit = found[0].section.as_ref().ok_or("no section")?;
     ensure(hit.anchor.is_empty() && hit.heading.is_empty(), || {
         format!("bare row {hit:?}")
-    })
+    })?;
+    Ok(())
 }
 
 async fn importance_prior(c: CaseCtx) -> CaseResult {
@@ -253,7 +256,8 @@ async fn limit(c: CaseCtx) -> CaseResult {
     let two = rows(&c, CatalogQuery::new("key").max(2)).await?;
     ensure(two == all[..2], || {
         format!("max 2 found {two:?}, unlimited {all:?}")
-    })
+    })?;
+    Ok(())
 }
 
 async fn unknown_mode_refused(c: CaseCtx) -> CaseResult {
@@ -380,7 +384,8 @@ async fn catalog_mode_unchanged(c: CaseCtx) -> CaseResult {
     ensure(
         tagged.len() == 1 && tagged[0].section.is_none() && tagged[0].score == 1,
         || format!("catalog rows {tagged:?}"),
-    )
+    )?;
+    Ok(())
 }
 
 async fn fallback_is_never_stale(c: CaseCtx) -> CaseResult {
@@ -396,7 +401,7 @@ async fn fallback_is_never_stale(c: CaseCtx) -> CaseResult {
         let query = CatalogQuery::new(word.clone()).mode(MatchMode::Body);
         match c.direct.lookup(query).await {
             Err(e) if e.kind() == ErrorKind::BodyMatchUnavailable => {}
-            Err(e) => return Err(format!("round {round}: unexpected error: {e}")),
+            Err(e) => return Err(format!("round {round}: unexpected error: {e}").into()),
             Ok(found) => {
                 answered += 1;
                 let got: Vec<String> = found.iter().map(row).collect();
@@ -413,5 +418,6 @@ async fn fallback_is_never_stale(c: CaseCtx) -> CaseResult {
             }
         }
     }
-    ensure(answered > 0, || "no body lookup was ever answered".into())
+    ensure(answered > 0, || "no body lookup was ever answered".into())?;
+    Ok(())
 }

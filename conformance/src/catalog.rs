@@ -3,10 +3,10 @@
 
 use quire_backend::{CatalogQuery, Filter, Timestamp};
 
-use crate::blob::SuiteReport;
 use crate::harness::{
     BackendFactory, CaseCtx, CaseFn, CaseResult, SUITE_EPOCH, case, ensure, ok, paths, run_cases,
 };
+use crate::report::SuiteReport;
 
 const CASES: &[(&str, CaseFn)] = &[
     case!("matching", matching),
@@ -40,7 +40,8 @@ async fn find(c: &CaseCtx, query: CatalogQuery) -> Result<Vec<String>, String> {
 fn expect(got: Vec<String>, want: &[&str], what: &str) -> CaseResult {
     ensure(got == want, || {
         format!("{what}: found {got:?}, want {want:?}")
-    })
+    })?;
+    Ok(())
 }
 
 async fn matching(c: CaseCtx) -> CaseResult {
@@ -104,7 +105,8 @@ async fn matching(c: CaseCtx) -> CaseResult {
     )?;
     ensure(both.len() == 2 && both.iter().all(|m| m.score == 1), || {
         format!("one term each scored {both:?}")
-    })
+    })?;
+    Ok(())
 }
 
 async fn ranking(c: CaseCtx) -> CaseResult {
@@ -324,7 +326,8 @@ async fn match_all(c: CaseCtx) -> CaseResult {
     )?;
     ensure(paths(&hub) == ["/all/a.md"] && hub[0].score == 1, || {
         format!("\"* hub\" found {hub:?}")
-    })
+    })?;
+    Ok(())
 }
 
 async fn scope(c: CaseCtx) -> CaseResult {
@@ -500,7 +503,8 @@ async fn update_replaces_entry(c: CaseCtx) -> CaseResult {
     let all = ok(c.direct.lookup(CatalogQuery::new("*")).await, "lookup *")?;
     ensure(all.len() == 1 && all[0].title == "Fresh Title", || {
         format!("* found {all:?}")
-    })
+    })?;
+    Ok(())
 }
 
 async fn max_cap(c: CaseCtx) -> CaseResult {
@@ -525,5 +529,6 @@ async fn max_cap(c: CaseCtx) -> CaseResult {
     ensure(
         find(&c, CatalogQuery::new("cap").max(0)).await?.len() == 5,
         || "max 0 capped".into(),
-    )
+    )?;
+    Ok(())
 }

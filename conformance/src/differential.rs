@@ -23,8 +23,8 @@ use quire_log::ManualClock;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::blob::{Outcome, SuiteReport};
 use crate::harness::{BackendFactory, Direct, SUITE_EPOCH, request};
+use crate::report::{Outcome, SuiteReport};
 
 /// How much the differential suite runs.
 #[derive(Clone, Debug)]

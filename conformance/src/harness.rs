@@ -16,7 +16,7 @@ use quire_backend::{
 };
 use quire_log::{Clock, ManualClock};
 
-use crate::blob::{Outcome, SuiteReport};
+use crate::report::{CaseError, Outcome, SuiteReport};
 
 /// Where every suite's clock starts: 2026-01-01T00:00:00Z.
 pub const SUITE_EPOCH: Timestamp = Timestamp(1_767_225_600);
@@ -234,14 +234,11 @@ pub struct CaseCtx {
     pub clock: Arc<ManualClock>,
 }
 
-pub type CaseResult = Result<(), String>;
-
-/// Marks a case's `Err` as a gap (a behaviour the target cannot show) rather than a failure.
-const GAP: &str = "\u{0}gap:";
+pub use crate::report::CaseResult;
 
 /// The `Err` a case returns when the target cannot show the behaviour it checks.
-pub fn gap(why: &str) -> String {
-    format!("{GAP}{why}")
+pub fn gap(why: &str) -> CaseError {
+    CaseError::Gap(why.to_owned())
 }
 pub type CaseFn = fn(CaseCtx) -> Pin<Box<dyn Future<Output = CaseResult> + Send>>;
 
@@ -272,13 +269,7 @@ pub async fn run_cases(
                 };
                 let result = case(ctx).await;
                 store.close().await;
-                match result {
-                    Ok(()) => Outcome::Passed,
-                    Err(why) => match why.strip_prefix(GAP) {
-                        Some(gap) => Outcome::Gap(gap.to_owned()),
-                        None => Outcome::Failed(why),
-                    },
-                }
+                Outcome::from(result)
             }
         };
         outcomes.push((*name, outcome));

@@ -59,9 +59,10 @@ pub mod gate;
 mod harness;
 pub mod model;
 mod replica;
+mod report;
 mod store;
 
-pub use blob::{Capabilities, Outcome, SuiteReport, blob_case_names, run_blob_suite};
+pub use blob::{Capabilities, blob_case_names, run_blob_suite};
 pub use body::{body_case_names, run_body_suite};
 pub use bucket_factory::BucketFactory;
 pub use catalog::{catalog_case_names, run_catalog_suite};
@@ -71,6 +72,7 @@ pub use harness::{
     BackendFactory, Direct, ReplicaFactory, ReplicaWorld, SUITE_EPOCH, Site, Tamper,
 };
 pub use replica::{ReplicaLoad, replica_case_names, run_replica_suite};
+pub use report::{CaseError, CaseResult, Outcome, SuiteReport};
 pub use store::{run_store_suite, store_case_names};
 
 /// A prefix no earlier run used, so suites can share a persistent bucket.

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use quire_backend::{CatalogQuery, Ctx, ErrorKind, Hash, ListOptions, SEARCH_FRESHNESS, Store};
 use quire_log::ManualClock;
 
-use crate::blob::{Outcome, SuiteReport};
 use crate::harness::{
     Direct, ReplicaFactory, ReplicaWorld, SUITE_EPOCH, ensure, expect_kind, names, ok, paths,
 };
+use crate::report::{Outcome, SuiteReport};
 
 /// How many replicas, writers per replica and rounds the concurrent-writers case runs.
 #[derive(Clone, Copy, Debug)]

@@ -15,11 +15,11 @@ use quire_backend::{
 use quire_log::metadata;
 use quire_log::version::StoredVersion;
 
-use crate::blob::SuiteReport;
 use crate::harness::{
     BackendFactory, CaseCtx, CaseFn, CaseResult, case, ensure, expect_kind, gap, meta, names, ok,
     request, run_cases,
 };
+use crate::report::SuiteReport;
 
 const CASES: &[(&str, CaseFn)] = &[
     case!("write_get_roundtrip", write_get_roundtrip),
@@ -131,7 +131,8 @@ async fn document_owned_frontmatter(c: CaseCtx) -> CaseResult {
     })?;
     ensure(got.metadata.is_none(), || {
         "a body's frontmatter became metadata".into()
-    })
+    })?;
+    Ok(())
 }
 
 async fn version_history(c: CaseCtx) -> CaseResult {
@@ -171,7 +172,8 @@ async fn version_history(c: CaseCtx) -> CaseResult {
             .eq(etags.iter().copied()),
         || "versions list other ETags".into(),
     )?;
-    ok(c.direct.verify_chain("/vh.md").await, "verify chain")
+    ok(c.direct.verify_chain("/vh.md").await, "verify chain")?;
+    Ok(())
 }
 
 async fn conflict_semantics(c: CaseCtx) -> CaseResult {
@@ -210,7 +212,8 @@ async fn conflict_semantics(c: CaseCtx) -> CaseResult {
     )?;
     ensure(blind.version == 3, || {
         format!("blind write made version {}", blind.version)
-    })
+    })?;
+    Ok(())
 }
 
 async fn not_modified_dedup(c: CaseCtx) -> CaseResult {
@@ -265,7 +268,8 @@ async fn not_modified_dedup(c: CaseCtx) -> CaseResult {
     ensure(
         got.metadata == Some(meta(&[("tags", "alpha,beta")])),
         || format!("tags stored as {:?}", got.metadata),
-    )
+    )?;
+    Ok(())
 }
 
 async fn archive_lifecycle(c: CaseCtx) -> CaseResult {
@@ -448,7 +452,8 @@ async fn append_metadata_merge(c: CaseCtx) -> CaseResult {
     ensure(
         ok(c.direct.current_version("/mm-big.md").await, "current")? == 1,
         || "a refused merge made a version".into(),
-    )
+    )?;
+    Ok(())
 }
 
 async fn list_dir_semantics(c: CaseCtx) -> CaseResult {
@@ -619,7 +624,8 @@ async fn retention(c: CaseCtx) -> CaseResult {
     ensure(
         wide.prune.is_none() && versions_of(&c, "/ret/d.md").await? == [2, 1],
         || "wide retention pruned".into(),
-    )
+    )?;
+    Ok(())
 }
 
 async fn missing_document(c: CaseCtx) -> CaseResult {
@@ -680,7 +686,8 @@ async fn path_collisions(c: CaseCtx) -> CaseResult {
     )?;
     ensure(!ok(c.direct.is_dir("/col/doc.md").await, "is_dir")?, || {
         "the document became a directory".into()
-    })
+    })?;
+    Ok(())
 }
 
 async fn rejects_binary_body(c: CaseCtx) -> CaseResult {
@@ -708,7 +715,8 @@ async fn rejects_binary_body(c: CaseCtx) -> CaseResult {
     ensure(
         ok(c.direct.current_version("/text.md").await, "current")? == 1,
         || "a refused append made a version".into(),
-    )
+    )?;
+    Ok(())
 }
 
 async fn shared_body_hash(c: CaseCtx) -> CaseResult {
@@ -736,7 +744,8 @@ async fn shared_body_hash(c: CaseCtx) -> CaseResult {
     owner("/c.md", shared).await?;
     owner("/b.md", other).await?;
     ok(c.direct.archive("/a.md", false).await, "unarchive /a.md")?;
-    owner("/a.md", shared).await
+    owner("/a.md", shared).await?;
+    Ok(())
 }
 
 async fn body_size_limit(c: CaseCtx) -> CaseResult {
@@ -778,7 +787,8 @@ async fn body_size_limit(c: CaseCtx) -> CaseResult {
     ensure(
         ok(c.direct.current_version("/size/app.md").await, "current")? == 1,
         || "a refused append made a version".into(),
-    )
+    )?;
+    Ok(())
 }
 
 async fn invalid_metadata(c: CaseCtx) -> CaseResult {
@@ -883,7 +893,8 @@ async fn canceled_context(c: CaseCtx) -> CaseResult {
     let doc = ok(c.direct.get("/cx.md", 0).await, "get")?;
     ensure(doc.version == 1 && !doc.archived, || {
         "a canceled write changed the document".into()
-    })
+    })?;
+    Ok(())
 }
 
 async fn list_paging(c: CaseCtx) -> CaseResult {
@@ -1056,7 +1067,8 @@ async fn precondition(c: CaseCtx) -> CaseResult {
     )?;
     ensure(landed.version == 2 && accept.calls().len() == 1, || {
         "the accepted write did not land as v2".into()
-    })
+    })?;
+    Ok(())
 }
 
 async fn archive_precondition(c: CaseCtx) -> CaseResult {
@@ -1127,7 +1139,8 @@ async fn archive_precondition(c: CaseCtx) -> CaseResult {
     )?;
     ensure(done.changed && done.document.archived, || {
         "the accepted archive did not land".into()
-    })
+    })?;
+    Ok(())
 }
 
 async fn closed_view(c: CaseCtx) -> CaseResult {
@@ -1198,7 +1211,8 @@ async fn tamper_then_verify(
     })?;
     ensure(versions_of(c, "/tamper.md").await? == [2, 1], || {
         "tampering changed the versions".into()
-    })
+    })?;
+    Ok(())
 }
 
 async fn verify_chain_tampered(c: CaseCtx) -> CaseResult {

@@ -22,23 +22,19 @@ fn memory() -> BucketFactory {
 }
 
 fn file_driver(dir: &tempfile::TempDir) -> BucketFactory {
-    let blobs = quire_blob::file::FileStore::open(dir.path().join("bucket")).unwrap();
+    let blobs = quire_blob::file::DirBlobStore::open(dir.path().join("bucket")).unwrap();
     BucketFactory::new(Arc::new(blobs))
 }
 
 async fn all_suites(factory: &BucketFactory) {
     let store = run_store_suite(factory).await;
-    store.assert_passed();
-    assert_eq!(store.outcomes.len(), store_case_names().len());
+    store.assert_complete(&store_case_names());
     let catalog = run_catalog_suite(factory).await;
-    catalog.assert_passed();
-    assert_eq!(catalog.outcomes.len(), catalog_case_names().len());
+    catalog.assert_complete(&catalog_case_names());
     let body = run_body_suite(factory).await;
-    body.assert_passed();
-    assert_eq!(body.outcomes.len(), body_case_names().len());
+    body.assert_complete(&body_case_names());
     let replica = run_replica_suite(factory, ReplicaLoad::default()).await;
-    replica.assert_passed();
-    assert_eq!(replica.outcomes.len(), replica_case_names().len());
+    replica.assert_complete(&replica_case_names());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -15,32 +15,28 @@ fn factory(dir: &tempfile::TempDir) -> FileFactory {
 async fn file_store_passes_the_document_store_suite() {
     let dir = tempfile::tempdir().unwrap();
     let report = run_store_suite(&factory(&dir)).await;
-    report.assert_passed();
-    assert_eq!(report.outcomes.len(), store_case_names().len());
+    report.assert_complete(&store_case_names());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn file_store_passes_the_catalog_suite() {
     let dir = tempfile::tempdir().unwrap();
     let report = run_catalog_suite(&factory(&dir)).await;
-    report.assert_passed();
-    assert_eq!(report.outcomes.len(), catalog_case_names().len());
+    report.assert_complete(&catalog_case_names());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn file_store_passes_the_body_suite() {
     let dir = tempfile::tempdir().unwrap();
     let report = run_body_suite(&factory(&dir)).await;
-    report.assert_passed();
-    assert_eq!(report.outcomes.len(), body_case_names().len());
+    report.assert_complete(&body_case_names());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn file_store_passes_the_replica_suite_as_one_shared_replica() {
     let dir = tempfile::tempdir().unwrap();
     let report = run_replica_suite(&factory(&dir), ReplicaLoad::default()).await;
-    report.assert_passed();
-    assert_eq!(report.outcomes.len(), replica_case_names().len());
+    report.assert_complete(&replica_case_names());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

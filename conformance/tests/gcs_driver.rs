@@ -38,10 +38,7 @@ async fn gcs_driver_passes_the_blob_suite_on_the_emulator() {
     let report = run_blob_suite(
         Arc::new(store),
         &fresh_root("gcs"),
-        Capabilities {
-            conditional_delete: false,
-            ..Default::default()
-        },
+        Capabilities::fake_gcs(),
     )
     .await;
     report.assert_passed();

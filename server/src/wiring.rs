@@ -12,7 +12,7 @@ use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::changes::DEFAULT_RING;
 use quire_backend::file::{FileOptions, FileStore};
 use quire_backend::{Follower, SearchOptions, Store};
-use quire_blob::file::FileStore as FileBlobs;
+use quire_blob::file::DirBlobStore;
 use quire_blob::gcs::{GcsAuth, GcsConfig, GcsStore};
 use quire_blob::memory::MemoryStore;
 use quire_blob::s3::{S3Config, S3Store};
@@ -159,7 +159,7 @@ async fn blob_store(driver: &BucketDriver) -> anyhow::Result<(Arc<dyn BlobStore>
     Ok(match driver {
         BucketDriver::Memory => (Arc::new(MemoryStore::new()), String::new()),
         BucketDriver::File { location, prefix } => {
-            let store = FileBlobs::open(location.clone())
+            let store = DirBlobStore::open(location.clone())
                 .map_err(|e| anyhow::anyhow!("opening {}: {e}", location.display()))?;
             (Arc::new(store), world_prefix(prefix))
         }

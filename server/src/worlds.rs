@@ -87,6 +87,7 @@ impl Worlds {
                 auth,
                 limiter: Limiter::new(world_config.limits.clone()),
                 read_only: world_config.read_only,
+                clock: Arc::new(quire_log::SystemClock),
             });
             worlds.insert(world, world_config.authorities.iter().map(|a| a.as_str()));
         }

@@ -5,9 +5,9 @@
 //! read them back, limits are per client, and slow or half-sent requests are closed by their
 //! timeouts while a normal client is still served.
 //!
-//! Long because it is one finding per test, each with its own trigger; the shared world and
-//! clients would move to `server/tests/common` with the test-support layer, and the file
-//! would split into paths, documents and limits.
+//! Long because it is one finding per test, each with its own trigger (the shared tokens and
+//! world come from `server/tests/common`); it splits into paths, documents and limits when a
+//! group needs helpers of its own.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -711,6 +711,7 @@ async fn a_write_on_one_bucket_replica_reaches_a_watch_on_the_other() {
             auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens)))),
             limiter: Limiter::new(LimitSettings::default()),
             read_only: false,
+            clock: std::sync::Arc::new(quire_log::SystemClock),
         }
     };
     let leader = serve(

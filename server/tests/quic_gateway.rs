@@ -686,6 +686,7 @@ async fn watched_world(root: &Path) -> World {
         auth: fixed_tokens(),
         limiter: Limiter::new(LimitSettings::default()),
         read_only: false,
+        clock: std::sync::Arc::new(quire_log::SystemClock),
     }
 }
 

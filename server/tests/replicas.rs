@@ -621,6 +621,7 @@ async fn a_watch_cursor_beyond_the_head_probes_the_log_and_is_no_peer_hint() {
         auth: quire_server::auth::Authorizer::new(None),
         limiter: quire_server::limits::Limiter::new(Default::default()),
         read_only: false,
+        clock: std::sync::Arc::new(quire_log::SystemClock),
     });
     // A client saw the peer's commits elsewhere and resumes here beyond this head.
     let since = format!("{}:{}", watched.world(), head + 3);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use quire_blob::BlobStore;
-use quire_blob::file::FileStore;
+use quire_blob::file::DirBlobStore;
 use quire_blob::memory::MemoryStore;
 use quire_conformance::{
     BucketFactory, Capabilities, FileFactory, Outcome, ReplicaLoad, SuiteReport, fresh_root,
@@ -32,7 +32,7 @@ fn server_var<'a>(servers: &'a [Server], name: &str) -> Result<&'a str> {
 
 fn targets(scratch: &Path, servers: &[Server]) -> Result<Vec<Target>> {
     let file_root = scratch.join("file-driver");
-    let file = FileStore::open(&file_root)
+    let file = DirBlobStore::open(&file_root)
         .with_context(|| format!("opening a file store at {}", file_root.display()))?;
     Ok(vec![
         Target {
@@ -59,11 +59,7 @@ fn targets(scratch: &Path, servers: &[Server]) -> Result<Vec<Target>> {
                 servers,
                 "QUIRE_TEST_GCS_ENDPOINT",
             )?)?),
-            // fake-gcs-server deletes whatever generation a DELETE names.
-            capabilities: Capabilities {
-                conditional_delete: false,
-                ..Capabilities::default()
-            },
+            capabilities: Capabilities::fake_gcs(),
         },
     ])
 }

@@ -238,6 +238,10 @@ fn sealing_key() -> &'static [u8; 32] {
         let mut key = [0u8; 32];
         if rand::rngs::OsRng.try_fill_bytes(&mut key).is_err() {
             // No OS randomness: a key no client can know still (time and process).
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "key material when the OS has no randomness, not a clock read"
+            )]
             let seed = format!("{:?} {}", std::time::SystemTime::now(), std::process::id());
             key = *blake3::hash(seed.as_bytes()).as_bytes();
         }

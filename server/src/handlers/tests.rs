@@ -28,6 +28,7 @@ async fn world(dir: &std::path::Path, tokens: Vec<Token>) -> World {
         auth,
         limiter: Limiter::new(LimitSettings::default()),
         read_only: false,
+        clock: std::sync::Arc::new(quire_log::SystemClock),
     }
 }
 
@@ -270,6 +271,7 @@ async fn body_lookup_falls_back_to_the_catalog_while_the_index_is_not_ready() {
         )))),
         limiter: Limiter::new(LimitSettings::default()),
         read_only: false,
+        clock: std::sync::Arc::new(quire_log::SystemClock),
     };
     let put = handle(
         &w,
@@ -329,4 +331,27 @@ async fn a_request_out_of_time_is_unavailable_with_a_retry_hint() {
         crate::http::status_code(&answer),
         axum::http::StatusCode::SERVICE_UNAVAILABLE
     );
+}
+
+#[tokio::test]
+async fn a_token_expires_by_the_worlds_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let expiry = 2_000_000_000;
+    let expiring = Token::new(
+        "writer",
+        crate::auth::TokenHash::of_secret(SECRET),
+        vec![Operation::Publish],
+        vec![PathPattern::parse("/**").unwrap()],
+        Some(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(expiry)),
+    );
+    let mut w = world(dir.path(), vec![expiring]).await;
+    let clock = Arc::new(quire_log::ManualClock::new(quire_log::Timestamp(
+        expiry - 1,
+    )));
+    w.clock = clock.clone();
+    let before = handle(&w, req(Verb::Publish, "/a.md").with_body("x")).await;
+    assert_eq!(before.status, Status::Created, "{before:?}");
+    clock.set(quire_log::Timestamp(expiry + 1));
+    let after = handle(&w, req(Verb::Publish, "/b.md").with_body("x")).await;
+    assert_eq!(after.status, Status::Unauthorized, "{after:?}");
 }

@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
@@ -144,7 +144,7 @@ pub async fn open_watch(
     let secret = request.metadata.get("auth").cloned();
     world
         .auth
-        .authorize_read(secret.as_deref(), scope.auth_path(), SystemTime::now())
+        .authorize_read(secret.as_deref(), scope.auth_path(), world.now())
         .map_err(denied)?;
 
     let heads = hub.watch_head();
@@ -335,7 +335,7 @@ impl Watch {
 
     /// The newest change in the hub's ring the caller may read, else the ring's floor.
     fn newest_readable(&self) -> u64 {
-        let now = SystemTime::now();
+        let now = self.world.now();
         self.hub.newest_shown(|event| {
             self.world
                 .auth
@@ -373,7 +373,7 @@ impl Watch {
         let allowed = self.world.auth.authorize_read(
             self.secret.as_deref(),
             self.scope.auth_path(),
-            SystemTime::now(),
+            self.world.now(),
         );
         match allowed {
             Ok(_) => {
@@ -389,7 +389,7 @@ impl Watch {
         if let Some(last) = events.last() {
             self.position = last.sequence;
         }
-        let now = SystemTime::now();
+        let now = self.world.now();
         let mut shown: Vec<ChangeEvent> = Vec::with_capacity(events.len());
         for event in events {
             let path = event.path.as_str();
@@ -501,6 +501,7 @@ mod tests {
             auth: Authorizer::new(Some(registry)),
             limiter: Limiter::new(limits),
             read_only: false,
+            clock: std::sync::Arc::new(quire_log::SystemClock),
         })
     }
 

@@ -7,8 +7,6 @@
 //! (stored with the version and shown on its WATCH event); a publisher's own `agent`
 //! value is replaced.
 
-use std::time::SystemTime;
-
 use quire_backend::{ArchiveRequest, Document, ErrorKind, Metadata, WriteRequest};
 use quire_log::DocPath;
 use quire_log::metadata::{CONTROL_KEYS, apply_default_type, check_new};
@@ -43,7 +41,7 @@ pub(super) fn authorize_head(world: &World, request: &Request) -> Result<(), Res
     let secret = request.metadata.get("auth").map(String::as_str);
     world
         .auth
-        .authorize_write(secret, &path, SystemTime::now())
+        .authorize_write(secret, &path, world.now())
         .map(drop)
         .map_err(denied)
 }
@@ -68,7 +66,7 @@ fn prelude(call: &Call<'_>) -> Result<Authorised, Response> {
     let label = call
         .world
         .auth
-        .authorize_write(call.secret.as_deref(), &path, SystemTime::now())
+        .authorize_write(call.secret.as_deref(), &path, call.world.now())
         .map_err(denied)?;
     Ok(Authorised { path, label })
 }

@@ -31,6 +31,7 @@ fn world(store: Arc<dyn Store>) -> World {
         auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens)))),
         limiter: Limiter::new(LimitSettings::default()),
         read_only: false,
+        clock: std::sync::Arc::new(quire_log::SystemClock),
     }
 }
 

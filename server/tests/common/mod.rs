@@ -63,5 +63,6 @@ pub async fn file_world(
         auth,
         limiter: Limiter::new(limits),
         read_only: false,
+        clock: std::sync::Arc::new(quire_log::SystemClock),
     }
 }

@@ -117,10 +117,7 @@ mod tests {
         let report = run_blob_suite(
             Arc::new(store(&endpoint).unwrap()),
             &fresh_root("gcs"),
-            Capabilities {
-                conditional_delete: false,
-                ..Default::default()
-            },
+            Capabilities::fake_gcs(),
         )
         .await;
         report.assert_passed();
