@@ -165,7 +165,7 @@ impl Direct {
 }
 
 /// Metadata from pairs.
-pub fn meta(pairs: &[(&str, &str)]) -> Metadata {
+pub(crate) fn meta(pairs: &[(&str, &str)]) -> Metadata {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -173,7 +173,7 @@ pub fn meta(pairs: &[(&str, &str)]) -> Metadata {
 }
 
 /// A write request.
-pub fn request(
+pub(crate) fn request(
     path: &str,
     expected: Option<u64>,
     body: &[u8],
@@ -184,17 +184,17 @@ pub fn request(
     request
 }
 
-pub fn ensure(condition: bool, why: impl FnOnce() -> String) -> Result<(), String> {
+pub(crate) fn ensure(condition: bool, why: impl FnOnce() -> String) -> Result<(), String> {
     if condition { Ok(()) } else { Err(why()) }
 }
 
 /// The value, or the unexpected error as the case's failure.
-pub fn ok<T>(result: Result<T, Error>, what: &str) -> Result<T, String> {
+pub(crate) fn ok<T>(result: Result<T, Error>, what: &str) -> Result<T, String> {
     result.map_err(|e| format!("{what}: unexpected error: {e}"))
 }
 
 /// The error, which must be of `kind`.
-pub fn expect_kind<T: fmt::Debug>(
+pub(crate) fn expect_kind<T: fmt::Debug>(
     result: Result<T, Error>,
     kind: ErrorKind,
     what: &str,
@@ -207,7 +207,7 @@ pub fn expect_kind<T: fmt::Debug>(
 }
 
 /// The names of listing entries, directories with a trailing `/`.
-pub fn names(entries: &[DirEntry]) -> Vec<String> {
+pub(crate) fn names(entries: &[DirEntry]) -> Vec<String> {
     entries
         .iter()
         .map(|e| {
@@ -221,26 +221,26 @@ pub fn names(entries: &[DirEntry]) -> Vec<String> {
 }
 
 /// The paths of lookup results.
-pub fn paths(found: &[CatalogMatch]) -> Vec<String> {
+pub(crate) fn paths(found: &[CatalogMatch]) -> Vec<String> {
     found.iter().map(|m| m.path.to_string()).collect()
 }
 
 /// What every case is handed.
 #[derive(Clone)]
-pub struct CaseCtx {
+pub(crate) struct CaseCtx {
     pub store: Arc<dyn Store>,
     pub direct: Direct,
     pub tamper: Option<Tamper>,
     pub clock: Arc<ManualClock>,
 }
 
-pub use crate::report::CaseResult;
+pub(crate) use crate::report::CaseResult;
 
 /// The `Err` a case returns when the target cannot show the behaviour it checks.
-pub fn gap(why: &str) -> CaseError {
+pub(crate) fn gap(why: &str) -> CaseError {
     CaseError::Gap(why.to_owned())
 }
-pub type CaseFn = fn(CaseCtx) -> Pin<Box<dyn Future<Output = CaseResult> + Send>>;
+pub(crate) type CaseFn = fn(CaseCtx) -> Pin<Box<dyn Future<Output = CaseResult> + Send>>;
 
 macro_rules! case {
     ($name:literal, $f:ident) => {
@@ -250,7 +250,7 @@ macro_rules! case {
 pub(crate) use case;
 
 /// Runs `cases`, each on a fresh world from `factory`, closing the store after it.
-pub async fn run_cases(
+pub(crate) async fn run_cases(
     factory: &dyn BackendFactory,
     cases: &[(&'static str, CaseFn)],
 ) -> SuiteReport {

@@ -216,7 +216,7 @@ macro_rules! names {
 
         impl $name {
             /// The name messages and metrics spell.
-            pub fn name(self) -> &'static str {
+            $vis fn name(self) -> &'static str {
                 match self {
                     $($name::$variant => $text),*
                 }
@@ -261,7 +261,7 @@ macro_rules! error_type {
 
         impl $name {
             /// An error of `kind` for `op` on `key`, with a detail for people (may be empty).
-            pub fn new(
+            $vis fn new(
                 op: $op,
                 key: impl Into<String>,
                 kind: $kind,
@@ -271,17 +271,17 @@ macro_rules! error_type {
             }
 
             /// Attaches the underlying cause.
-            pub fn with_source(self, source: impl Into<$crate::Source>) -> Self {
+            $vis fn with_source(self, source: impl Into<$crate::Source>) -> Self {
                 $name(self.0.with_source(source))
             }
 
             /// The same failure with another kind.
-            pub fn with_kind(self, kind: $kind) -> Self {
+            $vis fn with_kind(self, kind: $kind) -> Self {
                 $name(self.0.with_kind(kind))
             }
 
             /// The shape underneath.
-            pub fn into_failure(self) -> $crate::Failure<$op, $kind $(, $extra)?> {
+            $vis fn into_failure(self) -> $crate::Failure<$op, $kind $(, $extra)?> {
                 self.0
             }
         }

@@ -177,11 +177,11 @@ mod tests_support {
     use crate::query::Filter;
     use crate::store::SectionStore;
 
-    pub const DEBUGGING: &str = "# Debugging\n\nGeneral notes.\n\n## QUIC UDP buffer\n\nThe UDP buffer is too small: raise it with sysctl.\nWARNING: needs root.\n\n### Workaround\n\nSet rmem_max and restart. Warning: reboot.\n\n## Poison lock\n\nA panic in path.Match poisons the lock.\n";
+    pub(super) const DEBUGGING: &str = "# Debugging\n\nGeneral notes.\n\n## QUIC UDP buffer\n\nThe UDP buffer is too small: raise it with sysctl.\nWARNING: needs root.\n\n### Workaround\n\nSet rmem_max and restart. Warning: reboot.\n\n## Poison lock\n\nA panic in path.Match poisons the lock.\n";
 
-    pub type Doc = (&'static str, Vec<(&'static str, &'static str)>, String);
+    pub(super) type Doc = (&'static str, Vec<(&'static str, &'static str)>, String);
 
-    pub fn corpus() -> Vec<Doc> {
+    pub(super) fn corpus() -> Vec<Doc> {
         let mut docs: Vec<Doc> = vec![
             (
                 "/kb/debugging.md",
@@ -240,7 +240,7 @@ mod tests_support {
         docs
     }
 
-    pub fn parts(doc: &Doc) -> (DocPath, DocCatalog, EntryKey) {
+    pub(super) fn parts(doc: &Doc) -> (DocPath, DocCatalog, EntryKey) {
         let path = DocPath::parse(doc.0).unwrap();
         let meta: Metadata = doc
             .1
@@ -257,7 +257,7 @@ mod tests_support {
         (path, DocCatalog::from(&catalog), key)
     }
 
-    pub const QUERIES: &[&str] = &[
+    pub(super) const QUERIES: &[&str] = &[
         "udp buffer",
         "SYSCTL",
         "udp poison",
@@ -294,7 +294,7 @@ mod tests_support {
         "\"key key\"",
     ];
 
-    pub fn queries() -> Vec<CatalogQuery> {
+    pub(super) fn queries() -> Vec<CatalogQuery> {
         let mut out: Vec<CatalogQuery> = QUERIES.iter().map(|q| CatalogQuery::new(*q)).collect();
         out.push(CatalogQuery::new("key").max(3));
         out.push(CatalogQuery::new("key").max(0));
@@ -310,7 +310,7 @@ mod tests_support {
     }
 
     /// A store holding every document (uncommitted) and the catalog.
-    pub fn stored(docs: &[Doc]) -> (SectionStore, CatalogIndex) {
+    pub(super) fn stored(docs: &[Doc]) -> (SectionStore, CatalogIndex) {
         let store = SectionStore::create(None).unwrap();
         let mut catalog = CatalogIndex::new();
         for doc in docs {
@@ -323,7 +323,10 @@ mod tests_support {
 
     /// The memory index of every document, the catalog, and a version holding the first
     /// `in_base` documents in a stored base and the rest in its delta.
-    pub fn build(docs: &[Doc], in_base: usize) -> (SectionIndex, CatalogIndex, IndexVersion) {
+    pub(super) fn build(
+        docs: &[Doc],
+        in_base: usize,
+    ) -> (SectionIndex, CatalogIndex, IndexVersion) {
         let mut oracle = SectionIndex::new();
         let mut catalog = CatalogIndex::new();
         let store = SectionStore::create(None).unwrap();
@@ -362,7 +365,7 @@ mod tests_support {
         }
     }
 
-    pub fn rows(found: Vec<CatalogMatch>) -> Vec<String> {
+    pub(super) fn rows(found: Vec<CatalogMatch>) -> Vec<String> {
         let mut out: Vec<String> = found
             .into_iter()
             .map(|m| {

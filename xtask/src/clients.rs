@@ -19,7 +19,7 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const NPM_STAMP: &str = ".quire-installed-lock.json";
 
 /// Installs what is missing and returns the variables naming each client.
-pub fn install() -> Result<Vec<(String, String)>> {
+pub(crate) fn install() -> Result<Vec<(String, String)>> {
     let python = venv("mcp", &[MCP_SDK])?.join("python");
     let web = project_root().join("server").join("tests").join("web");
     npm_ci(&web)?;

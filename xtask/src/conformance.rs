@@ -114,7 +114,7 @@ impl Table {
 /// Runs the blob suite over every driver, and the backend suites (document store, catalog,
 /// body, replica) over the file store and the bucket store on every driver; prints one table per
 /// suite and fails if any case failed anywhere.
-pub async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
+pub(crate) async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
     let targets = targets(scratch, servers)?;
     let mut blob = Table {
         title: "blob case",

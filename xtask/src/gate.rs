@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 
 /// What to run: `None` keeps the gate's own default.
 #[derive(Clone, Debug, Default, clap::Args)]
-pub struct GateArgs {
+pub(crate) struct GateArgs {
     /// Replays this seed exactly (default: QUIRE_SIM_SEED, else a new one; printed).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -21,7 +21,7 @@ pub struct GateArgs {
     pub minutes: Option<u64>,
 }
 
-pub fn run(args: &GateArgs) -> Result<()> {
+pub(crate) fn run(args: &GateArgs) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command.current_dir(crate::servers::project_root()).args([

@@ -14,7 +14,7 @@ use super::layout::{STATE_FILE, SYSTEM_DIR, VERSIONS_DIR, unescape};
 
 /// Writes under one root.
 #[derive(Debug)]
-pub struct Disk {
+pub(super) struct Disk {
     root: PathBuf,
     tmp: PathBuf,
     /// Whether to fsync (off only for throwaway worlds in tests).
@@ -27,7 +27,7 @@ fn fsync_dir(dir: &Path) -> io::Result<()> {
 }
 
 impl Disk {
-    pub fn new(root: PathBuf, durable: bool) -> Disk {
+    pub(super) fn new(root: PathBuf, durable: bool) -> Disk {
         let tmp = root.join(SYSTEM_DIR).join("tmp");
         Disk {
             root,
@@ -37,12 +37,12 @@ impl Disk {
         }
     }
 
-    pub fn root(&self) -> &Path {
+    pub(super) fn root(&self) -> &Path {
         &self.root
     }
 
     /// Creates the temporary directory and empties it of a crashed run's leftovers.
-    pub fn prepare(&self) -> io::Result<()> {
+    pub(super) fn prepare(&self) -> io::Result<()> {
         self.ensure_dir(&self.tmp)?;
         for entry in fs::read_dir(&self.tmp)? {
             let entry = entry?;
@@ -54,7 +54,7 @@ impl Disk {
     }
 
     /// Creates `dir` and its missing ancestors below the root, each made durable in its parent.
-    pub fn ensure_dir(&self, dir: &Path) -> io::Result<()> {
+    pub(super) fn ensure_dir(&self, dir: &Path) -> io::Result<()> {
         if dir.is_dir() {
             return Ok(());
         }
@@ -80,7 +80,7 @@ impl Disk {
 
     /// Replaces `target` with `bytes` atomically: readers see the old file or the new one,
     /// and after a crash the target holds one of them whole.
-    pub fn replace(&self, target: &Path, bytes: &[u8]) -> io::Result<()> {
+    pub(super) fn replace(&self, target: &Path, bytes: &[u8]) -> io::Result<()> {
         let parent = target
             .parent()
             .ok_or_else(|| io::Error::other("a target without a directory"))?;
@@ -109,7 +109,7 @@ impl Disk {
     }
 
     /// Removes `path` if present.
-    pub fn remove(&self, path: &Path) -> io::Result<()> {
+    pub(super) fn remove(&self, path: &Path) -> io::Result<()> {
         match fs::remove_file(path) {
             Ok(()) => {
                 if self.durable
@@ -127,7 +127,7 @@ impl Disk {
 
 /// Takes the directory lock: exclusive for a writer, shared for read-only stores. Fails at
 /// once (`WouldBlock`) when another store holds it.
-pub fn lock(path: &Path, exclusive: bool) -> io::Result<File> {
+pub(super) fn lock(path: &Path, exclusive: bool) -> io::Result<File> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -145,7 +145,7 @@ pub fn lock(path: &Path, exclusive: bool) -> io::Result<File> {
 
 /// Every document the directory holds: its path and its history directory (one holding a
 /// state file). Symbolic links are not followed.
-pub fn scan(root: &Path) -> io::Result<Vec<(DocPath, PathBuf)>> {
+pub(super) fn scan(root: &Path) -> io::Result<Vec<(DocPath, PathBuf)>> {
     let mut found = Vec::new();
     let mut stack: Vec<(PathBuf, String)> = vec![(root.to_path_buf(), String::new())];
     while let Some((dir, logical)) = stack.pop() {

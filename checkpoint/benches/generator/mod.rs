@@ -16,11 +16,11 @@ use quire_log::version::StoredVersion;
 use quire_log::{DocPath, Hash, OperationId, StoreId, Timestamp, WorldId, keys};
 use rand::Rng;
 
-pub const WORLD: WorldId = WorldId([0x42; 16]);
-pub const STORE: StoreId = StoreId([0x24; 16]);
-pub const PREFIX: &str = "bench/";
+pub(crate) const WORLD: WorldId = WorldId([0x42; 16]);
+pub(crate) const STORE: StoreId = StoreId([0x24; 16]);
+pub(crate) const PREFIX: &str = "bench/";
 
-pub fn doc_path(i: u64) -> String {
+pub(crate) fn doc_path(i: u64) -> String {
     format!("/team{:03}/notes/{i:07}.md", i % 500)
 }
 
@@ -30,7 +30,7 @@ fn metadata(i: u64) -> Metadata {
     m
 }
 
-pub struct Generator {
+pub(crate) struct Generator {
     pub store: Arc<dyn BlobStore>,
     pub next: u64,
     pub tip: Hash,
@@ -39,7 +39,7 @@ pub struct Generator {
 
 impl Generator {
     /// A generator writing after genesis.
-    pub fn after_genesis(store: Arc<dyn BlobStore>) -> Generator {
+    pub(crate) fn after_genesis(store: Arc<dyn BlobStore>) -> Generator {
         Generator {
             store,
             next: 2,
@@ -50,7 +50,7 @@ impl Generator {
 
     /// A generator writing after `replica`'s state; operation ids start at `salt` times
     /// its sequence, away from any an earlier run used.
-    pub fn after(store: Arc<dyn BlobStore>, replica: &Replica, salt: u64) -> Generator {
+    pub(crate) fn after(store: Arc<dyn BlobStore>, replica: &Replica, salt: u64) -> Generator {
         Generator {
             store,
             next: replica.state().sequence() + 1,
@@ -59,7 +59,7 @@ impl Generator {
         }
     }
 
-    pub fn entry(&mut self, i: u64, version: u64, previous: Option<Hash>) -> (Entry, Hash) {
+    pub(crate) fn entry(&mut self, i: u64, version: u64, previous: Option<Hash>) -> (Entry, Hash) {
         self.operations += 1;
         let mut id = [0u8; 16];
         id[..8].copy_from_slice(&self.operations.to_be_bytes());
@@ -99,7 +99,7 @@ impl Generator {
     }
 
     /// Creates the slot holding `entries`; returns it.
-    pub async fn commit(&mut self, entries: Vec<Entry>) -> EncodedSlot {
+    pub(crate) async fn commit(&mut self, entries: Vec<Entry>) -> EncodedSlot {
         let n = entries.len() as u64;
         let key = keys::slot_key(PREFIX, self.next);
         let slot = Slot {
@@ -120,7 +120,7 @@ impl Generator {
     }
 
     /// Writes `docs` new documents in slots of 256.
-    pub async fn documents(&mut self, docs: u64) {
+    pub(crate) async fn documents(&mut self, docs: u64) {
         let mut i = 0;
         while i < docs {
             let n = (docs - i).min(256);
@@ -133,7 +133,7 @@ impl Generator {
     /// Commits `writes` uniform random rewrites in slots of `per_slot`, reading each
     /// document's head from `replica` unless this run rewrote it already; calls `after`
     /// with each slot written.
-    pub async fn rewrites(
+    pub(crate) async fn rewrites(
         &mut self,
         replica: &Replica,
         docs: u64,

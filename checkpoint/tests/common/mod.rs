@@ -20,21 +20,21 @@ use quire_log::WorldState;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]
-pub use quire_log::testing::{
+pub(crate) use quire_log::testing::{
     PREFIX, STORE, SlotWriter, WORLD, archive, meta, publish, publish_with,
 };
 
 /// Small tier widths, so tests cross grid points.
-pub const SMALL_WIDTHS: [u64; TIERS - 1] = [64, 16];
+pub(crate) const SMALL_WIDTHS: [u64; TIERS - 1] = [64, 16];
 
-pub fn memory() -> Arc<dyn BlobStore> {
+pub(crate) fn memory() -> Arc<dyn BlobStore> {
     Arc::new(MemoryStore::new())
 }
 
 /// A fresh bucket on the S3 server the environment names (`cargo xtask servers` starts one
 /// and prints its QUIRE_TEST_S3_* variables); `None`, and the case is skipped, without one
 /// unless QUIRE_TEST_REQUIRE_SERVERS=1.
-pub async fn s3() -> Option<Arc<dyn BlobStore>> {
+pub(crate) async fn s3() -> Option<Arc<dyn BlobStore>> {
     use quire_blob::s3::{S3Config, S3Store};
     let Ok(endpoint) = std::env::var("QUIRE_TEST_S3_ENDPOINT") else {
         assert!(
@@ -74,13 +74,16 @@ pub async fn s3() -> Option<Arc<dyn BlobStore>> {
 
 /// A writer at the genesis of a world it creates in `store` (the marker and a genesis
 /// checkpoint with tier widths `widths`).
-pub async fn new_world(store: Arc<dyn BlobStore>, widths: [u64; TIERS - 1]) -> SlotWriter {
+pub(crate) async fn new_world(store: Arc<dyn BlobStore>, widths: [u64; TIERS - 1]) -> SlotWriter {
     create_world(&*store, PREFIX, WORLD, widths).await.unwrap();
     SlotWriter::new(store, WorldState::genesis(WORLD))
 }
 
 /// Every document and version of `state`.
-pub async fn export_all(store: &Arc<dyn BlobStore>, state: &WorldState) -> Vec<ExportedDocument> {
+pub(crate) async fn export_all(
+    store: &Arc<dyn BlobStore>,
+    state: &WorldState,
+) -> Vec<ExportedDocument> {
     export(store.clone(), PREFIX.to_owned(), state.clone())
         .try_collect()
         .await
@@ -89,7 +92,7 @@ pub async fn export_all(store: &Arc<dyn BlobStore>, state: &WorldState) -> Vec<E
 
 /// A store holding the objects of a fixture file (each a 4-byte big-endian key length, the
 /// key, a 4-byte big-endian length and the bytes; see `tests/fixtures/README.md`).
-pub async fn from_fixture(bytes: &[u8]) -> Arc<dyn BlobStore> {
+pub(crate) async fn from_fixture(bytes: &[u8]) -> Arc<dyn BlobStore> {
     let store = memory();
     let mut at = 0;
     let mut take = |n: usize| {
@@ -110,7 +113,7 @@ pub async fn from_fixture(bytes: &[u8]) -> Arc<dyn BlobStore> {
 }
 
 /// Every object under the prefix with its bytes, in key order.
-pub async fn contents(store: &dyn BlobStore, prefix: &str) -> Vec<(String, Bytes)> {
+pub(crate) async fn contents(store: &dyn BlobStore, prefix: &str) -> Vec<(String, Bytes)> {
     let mut out = Vec::new();
     for attrs in quire_blob::list_all(store, prefix, "").await.unwrap() {
         let data = store.get(&attrs.key).await.unwrap().data;
@@ -123,14 +126,14 @@ pub async fn contents(store: &dyn BlobStore, prefix: &str) -> Vec<(String, Bytes
 /// hour pass: objects written before [`Aged::set_now`] look that much older, and every
 /// write after it is stamped with the new time. Everything else is the inner store's.
 #[derive(Debug)]
-pub struct Aged {
+pub(crate) struct Aged {
     inner: Arc<dyn BlobStore>,
     now: std::sync::Mutex<std::time::SystemTime>,
     stamps: std::sync::Mutex<HashMap<String, std::time::SystemTime>>,
 }
 
 impl Aged {
-    pub fn new(inner: Arc<dyn BlobStore>) -> Aged {
+    pub(crate) fn new(inner: Arc<dyn BlobStore>) -> Aged {
         Aged {
             inner,
             now: std::sync::Mutex::new(std::time::SystemTime::now()),
@@ -138,7 +141,7 @@ impl Aged {
         }
     }
 
-    pub fn set_now(&self, now: std::time::SystemTime) {
+    pub(crate) fn set_now(&self, now: std::time::SystemTime) {
         *self.now.lock().unwrap() = now;
     }
 

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 /// One call on the log, from its start to its answer (or to its cancellation: a create
 /// whose outcome a read behind it decided first is dropped).
 #[derive(Clone, Debug)]
-pub struct Call {
+pub(crate) struct Call {
     pub store: usize,
     pub key: String,
     pub start: Instant,
@@ -23,11 +23,11 @@ pub struct Call {
     pub created: Option<Bytes>,
 }
 
-pub type Calls = Arc<Mutex<Vec<Call>>>;
+pub(crate) type Calls = Arc<Mutex<Vec<Call>>>;
 
 /// A store's link that records its calls on keys under `log/`.
 #[derive(Debug)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     pub inner: Arc<dyn BlobStore>,
     pub store: usize,
     pub calls: Calls,
@@ -106,7 +106,7 @@ impl BlobStore for Recorder {
 
 /// One write: its store, when it was offered and when it was answered.
 #[derive(Clone, Copy, Debug)]
-pub struct Write {
+pub(crate) struct Write {
     pub store: usize,
     pub offered: Instant,
     pub answered: Instant,
@@ -138,7 +138,12 @@ const DOINGS: [Doing; 5] = [
 /// Prints, per store, how the time of its slowest writes (at or above its p99) divides
 /// between what the store and its peers were doing, and the timeline of its slowest write.
 /// `bucket` is the bucket behind every link, read to learn which store won each slot.
-pub async fn explain(bucket: &dyn BlobStore, calls: &[Call], writes: &[Write], stores: usize) {
+pub(crate) async fn explain(
+    bucket: &dyn BlobStore,
+    calls: &[Call],
+    writes: &[Write],
+    stores: usize,
+) {
     let mut winner = std::collections::HashMap::new();
     for call in calls {
         if let Some(bytes) = &call.created

@@ -12,7 +12,7 @@ use quire_log::testing::{EPOCH, PREFIX, WORLD};
 
 /// A committer for store `id` on `state`, its config adjusted by `tweak`; the clock stands
 /// still at 2026-01-01.
-pub fn start(
+pub(crate) fn start(
     store: Arc<dyn BlobStore>,
     state: WorldState,
     id: u8,
@@ -33,12 +33,12 @@ pub fn start(
     )
 }
 
-pub async fn submit(c: &Committer, m: Mutation) -> Result<Outcome> {
+pub(crate) async fn submit(c: &Committer, m: Mutation) -> Result<Outcome> {
     c.submit(CommitRequest::new(m)).await
 }
 
 /// A publish that expects `expected` to be the current version.
-pub fn cas(path: &str, expected: u64, body: &str) -> Mutation {
+pub(crate) fn cas(path: &str, expected: u64, body: &str) -> Mutation {
     Mutation::Publish {
         path: path.into(),
         expected: Some(expected),
@@ -48,7 +48,7 @@ pub fn cas(path: &str, expected: u64, body: &str) -> Mutation {
 }
 
 /// Replays the whole log from genesis.
-pub async fn replayed(store: &dyn BlobStore) -> WorldState {
+pub(crate) async fn replayed(store: &dyn BlobStore) -> WorldState {
     let mut state = WorldState::genesis(WORLD);
     tip::catch_up(store, PREFIX, &mut state).await.unwrap();
     state

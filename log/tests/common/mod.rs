@@ -2,7 +2,7 @@
 //! the simulated stores they run on.
 #![allow(dead_code)]
 
-pub mod committers;
+pub(crate) mod committers;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -10,16 +10,16 @@ use std::time::Duration;
 
 use quire_blob::{BlobStore, LatencyProfile, Simulated};
 
-pub use quire_log::testing::*;
+pub(crate) use quire_log::testing::*;
 
 /// `inner` behind a simulated store without latency or faults (arm them on it).
-pub fn simulated(inner: Arc<dyn BlobStore>) -> Arc<Simulated> {
+pub(crate) fn simulated(inner: Arc<dyn BlobStore>) -> Arc<Simulated> {
     Arc::new(Simulated::new(inner, 0))
 }
 
 /// `inner` behind a simulated store whose every call takes `millis` milliseconds, drawn
 /// evenly from the range with the seeded stream.
-pub fn jittered(inner: Arc<dyn BlobStore>, millis: Range<u64>, seed: u64) -> Arc<Simulated> {
+pub(crate) fn jittered(inner: Arc<dyn BlobStore>, millis: Range<u64>, seed: u64) -> Arc<Simulated> {
     let (min, max) = (millis.start, millis.end.saturating_sub(1).max(millis.start));
     let profile = if min == max {
         LatencyProfile::Fixed(Duration::from_millis(min))

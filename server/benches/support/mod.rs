@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub struct Served {
+pub(crate) struct Served {
     pub child: Child,
     pub http: SocketAddr,
     pub quic: SocketAddr,
@@ -22,13 +22,13 @@ pub struct Served {
 impl Served {
     /// Starts `quire serve` on the embedded default and waits until it says where it
     /// listens.
-    pub fn start() -> Served {
+    pub(crate) fn start() -> Served {
         Served::start_with(None)
     }
 
     /// Starts `quire serve`, with `files` (name, contents) written beside it and `--config`
     /// naming the first when there are any.
-    pub fn start_with(files: Option<&[(&str, String)]>) -> Served {
+    pub(crate) fn start_with(files: Option<&[(&str, String)]>) -> Served {
         let dir = tempfile::tempdir().expect("a scratch folder");
         let mut command = Command::new(env!("CARGO_BIN_EXE_quire"));
         command.args(["serve", "--http", "127.0.0.1:0", "--quic", "127.0.0.1:0"]);
@@ -74,7 +74,7 @@ impl Served {
     }
 
     /// The process's resident memory and its peak so far, in bytes.
-    pub fn rss(&self) -> (u64, u64) {
+    pub(crate) fn rss(&self) -> (u64, u64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         let field = |name: &str| {
@@ -96,7 +96,7 @@ impl Drop for Served {
 }
 
 /// The `q`-quantile of sorted `samples`.
-pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+pub(crate) fn quantile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -104,6 +104,6 @@ pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[at]
 }
 
-pub fn mib(bytes: u64) -> f64 {
+pub(crate) fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }

@@ -20,7 +20,7 @@ use super::{
 use crate::mark::{MAX_BODY, Response, Status};
 
 /// The largest page, and the default.
-pub const MAX_PAGE_SIZE: usize = 1000;
+pub(super) const MAX_PAGE_SIZE: usize = 1000;
 /// The most directory entries one page examines, readable or not.
 pub const MAX_EXAMINED: usize = 10_000;
 /// The fewest entries one store read asks for (a page of one still reads a useful window).
@@ -216,7 +216,7 @@ fn child_path(dir: &str, entry: &DirEntry) -> String {
 }
 
 /// `base64url(version, flags, u16 dir length, dir, last name)`.
-pub fn encode_cursor(dir: &str, include_archived: bool, last: &str) -> String {
+pub(super) fn encode_cursor(dir: &str, include_archived: bool, last: &str) -> String {
     let mut bytes = Vec::with_capacity(4 + dir.len() + last.len());
     bytes.push(CURSOR_VERSION);
     bytes.push(if include_archived {
@@ -304,7 +304,7 @@ fn open_sealed(sealed: &[u8], rest: &[u8]) -> Option<String> {
 
 /// The name to continue after, when the cursor was made for this directory and mode (a
 /// sealed one, by this process).
-pub fn decode_cursor(cursor: &str, dir: &str, include_archived: bool) -> Option<String> {
+pub(super) fn decode_cursor(cursor: &str, dir: &str, include_archived: bool) -> Option<String> {
     let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
     let (&version, rest) = bytes.split_first()?;
     let (&flags, rest) = rest.split_first()?;

@@ -14,7 +14,7 @@ use crate::mark::{Response, Status};
 const SHORT_TERM_CHARS: usize = 3;
 /// The most short terms one query may hold: each scans every gram it prefixes, so a query
 /// of many one-letter terms would cost a scan of the catalog per term.
-pub const MAX_SHORT_TERMS: usize = 2;
+pub(super) const MAX_SHORT_TERMS: usize = 2;
 
 /// Refuses a query holding more than [`MAX_SHORT_TERMS`] short terms.
 fn check_short_terms(query: &str) -> Result<(), String> {

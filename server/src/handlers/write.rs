@@ -19,7 +19,7 @@ use crate::mark::{MAX_BODY, Request, Response, Status};
 
 /// The metadata key the authorising token's label (and what the writer says of itself) is
 /// stored under.
-pub const AGENT_KEY: &str = "agent";
+pub(super) const AGENT_KEY: &str = "agent";
 
 /// A write that passed the prelude: its canonical path and the label of its token.
 struct Authorised {

