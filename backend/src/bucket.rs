@@ -79,7 +79,6 @@ use tokio_util::sync::CancellationToken;
 use crate::changes::{ChangeEvent, ChangeHub};
 use crate::contract::{ChangeSource, Follower, Precondition, ReadView, SEARCH_FRESHNESS, Store};
 use crate::ctx::Ctx;
-use crate::elapsed::{Elapsed, TokioElapsed};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::search::{BodySearch, SearchOptions};
 use crate::search_shelf::BucketShelf;
@@ -87,6 +86,7 @@ use crate::snapshot::{Freshness, LogPrecondition, Snapshot, SnapshotSource, Snap
 use crate::types::{
     ArchiveRequest, ArchiveResult, CommitCounters, Document, Prune, StoreStats, WriteRequest,
 };
+use quire_log::clock::{Elapsed, TokioElapsed};
 
 /// How often a store whose change hub has watchers probes the log for peers' commits (a
 /// backstop for lost peer hints).

@@ -9,7 +9,6 @@
 //! | [`contract`] | the traits, the freshness classes, [`SEARCH_FRESHNESS`] |
 //! | `error` | [`Error`] and its [`ErrorKind`]s (one per protocol answer) |
 //! | `ctx` | [`Ctx`], the request context: cancellation and deadline |
-//! | [`elapsed`] | the monotonic clock of the freshness window, injectable in tests |
 //! | [`types`] | documents, versions, listing options, write and archive requests |
 //! | [`changes`] | the change hub WATCH reads |
 //! | [`snapshot`] | reads of a pinned snapshot of the log's world model, shared by backends |
@@ -29,7 +28,6 @@ pub mod bucket;
 pub mod changes;
 pub mod contract;
 mod ctx;
-pub mod elapsed;
 mod error;
 pub mod file;
 pub mod search;

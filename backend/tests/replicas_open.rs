@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use quire_backend::bucket::{BucketOptions, BucketStore, WORLD_CREATION_WAIT};
-use quire_backend::elapsed::ManualElapsed;
 use quire_backend::{CatalogQuery, Ctx, SEARCH_FRESHNESS, Store, WriteRequest};
 use quire_blob::memory::MemoryStore;
 use quire_blob::{BlobStore, Op};
@@ -17,6 +16,7 @@ use quire_blob::{LatencyProfile, Simulated};
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::genesis::genesis_objects;
 use quire_checkpoint::keys::{checkpoint_key, root_key};
+use quire_log::clock::ManualElapsed;
 use quire_log::marker::{GENESIS_SEQUENCE, Marker};
 use quire_log::{ManualClock, Timestamp, WorldId, keys};
 

@@ -52,6 +52,7 @@
 //! canceled while in flight.
 
 mod cancel;
+mod driver;
 mod error;
 pub mod file;
 #[cfg(feature = "gcs")]
@@ -73,6 +74,7 @@ use async_trait::async_trait;
 pub use bytes::Bytes;
 
 pub use cancel::Cancelable;
+pub use driver::{Credentials, DriverConfig, OpenError};
 pub use error::{Error, ErrorKind, Op, Result};
 pub use hedged::{HedgeCounts, HedgePolicy, Hedged};
 pub use list::{ListRequest, MAX_LIST_PAGE};

@@ -10,11 +10,11 @@ use bytes::Bytes;
 use quire_backend::Ctx;
 use quire_backend::Store;
 use quire_backend::bucket::{BucketOptions, BucketStore};
-use quire_backend::elapsed::ManualElapsed;
 use quire_blob::BlobStore;
+use quire_log::clock::ManualElapsed;
 use quire_log::{Clock, DocPath, Location, keys};
 
-use crate::harness::{BackendFactory, ReplicaFactory, ReplicaWorld, Site, Tamper};
+use crate::harness::{BackendFactory, FreshWorld, ReplicaFactory, ReplicaWorld, Tamper};
 
 /// Bucket-store worlds under fresh prefixes of one bucket.
 pub struct BucketFactory {
@@ -92,11 +92,11 @@ fn bucket_tamper(store: BucketStore, blobs: Arc<dyn BlobStore>) -> Tamper {
 
 #[async_trait]
 impl BackendFactory for BucketFactory {
-    async fn open(&self, clock: Arc<dyn Clock>) -> Result<Site, String> {
+    async fn open(&self, clock: Arc<dyn Clock>) -> Result<FreshWorld, String> {
         let store = BucketStore::open(self.blobs.clone(), self.options(clock))
             .await
             .map_err(|e| e.to_string())?;
-        Ok(Site {
+        Ok(FreshWorld {
             tamper: Some(bucket_tamper(store.clone(), self.blobs.clone())),
             store: Arc::new(store),
         })

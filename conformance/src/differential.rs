@@ -23,7 +23,7 @@ use quire_log::ManualClock;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::harness::{BackendFactory, Direct, SUITE_EPOCH, request};
+use crate::harness::{BackendFactory, SUITE_EPOCH, ViewPerCall, request};
 use crate::report::{Outcome, SuiteReport};
 
 /// How much the differential suite runs.
@@ -293,7 +293,11 @@ fn show<T>(result: &Result<T, Error>, ok: impl FnOnce(&T) -> String) -> String {
 }
 
 /// Applies one operation; returns the answer as a line.
-async fn apply(store: &Arc<dyn Store>, direct: &Direct, op: &Operation) -> Result<String, String> {
+async fn apply(
+    store: &Arc<dyn Store>,
+    direct: &ViewPerCall,
+    op: &Operation,
+) -> Result<String, String> {
     let ctx = Ctx::new();
     Ok(match op {
         Operation::Write {
@@ -345,7 +349,7 @@ async fn apply(store: &Arc<dyn Store>, direct: &Direct, op: &Operation) -> Resul
 
 /// Every observable fact of a world over the pools, one per line: what the differential
 /// suite compares, and what a persistent backend must show again after reopening.
-pub async fn observe(direct: &Direct) -> Vec<String> {
+pub async fn observe(direct: &ViewPerCall) -> Vec<String> {
     let mut lines = Vec::new();
     for path in PATHS {
         let current = direct.get(path, 0).await;
@@ -468,8 +472,8 @@ async fn run_seed(
         .await
         .map_err(|e| format!("opening the candidate: {e}"))?
         .store;
-    let ref_direct = Direct::new(ref_store.clone());
-    let cand_direct = Direct::new(cand_store.clone());
+    let ref_direct = ViewPerCall::new(ref_store.clone());
+    let cand_direct = ViewPerCall::new(cand_store.clone());
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut log: Vec<String> = Vec::new();
     let result = async {
@@ -515,7 +519,7 @@ pub async fn run_operations(
     seed: u64,
     ops: usize,
 ) -> Result<Vec<String>, String> {
-    let direct = Direct::new(store.clone());
+    let direct = ViewPerCall::new(store.clone());
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut answers = Vec::with_capacity(ops);
     for _ in 0..ops {

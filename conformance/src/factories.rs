@@ -11,7 +11,7 @@ use quire_backend::Store;
 use quire_backend::file::{FileOptions, FileStore};
 use quire_log::Clock;
 
-use crate::harness::{BackendFactory, ReplicaFactory, ReplicaWorld, Site, Tamper};
+use crate::harness::{BackendFactory, FreshWorld, ReplicaFactory, ReplicaWorld, Tamper};
 use crate::model::ModelStore;
 
 /// Opens reference-model worlds.
@@ -20,8 +20,8 @@ pub struct ModelFactory;
 
 #[async_trait]
 impl BackendFactory for ModelFactory {
-    async fn open(&self, clock: Arc<dyn Clock>) -> Result<Site, String> {
-        Ok(Site {
+    async fn open(&self, clock: Arc<dyn Clock>) -> Result<FreshWorld, String> {
+        Ok(FreshWorld {
             store: Arc::new(ModelStore::new(clock)),
             tamper: None,
         })
@@ -76,9 +76,9 @@ pub fn file_tamper(store: FileStore) -> Tamper {
 
 #[async_trait]
 impl BackendFactory for FileFactory {
-    async fn open(&self, clock: Arc<dyn Clock>) -> Result<Site, String> {
+    async fn open(&self, clock: Arc<dyn Clock>) -> Result<FreshWorld, String> {
         let store = self.open_store(clock).await?;
-        Ok(Site {
+        Ok(FreshWorld {
             tamper: Some(file_tamper(store.clone())),
             store: Arc::new(store),
         })

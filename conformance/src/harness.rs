@@ -1,4 +1,4 @@
-//! What the backend suites stand on: the factories a backend provides, the [`Direct`]
+//! What the backend suites stand on: the factories a backend provides, the [`ViewPerCall`]
 //! adapter (one view per call), and the checks the cases share.
 
 use std::fmt;
@@ -27,16 +27,16 @@ pub type Tamper =
     Arc<dyn Fn(DocPath, u64, Bytes) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 /// One fresh world opened for one case.
-pub struct Site {
+pub struct FreshWorld {
     pub store: Arc<dyn Store>,
     /// Used by the two tampering cases; `None` reports them as gaps (a backend that keeps
     /// bytes where nothing can reach them, like the reference model).
     pub tamper: Option<Tamper>,
 }
 
-impl fmt::Debug for Site {
+impl fmt::Debug for FreshWorld {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Site")
+        f.debug_struct("FreshWorld")
             .field("store", &self.store)
             .field("tamper", &self.tamper.is_some())
             .finish()
@@ -47,7 +47,7 @@ impl fmt::Debug for Site {
 #[async_trait]
 pub trait BackendFactory: Send + Sync {
     /// A store over a new empty world whose `modified` times come from `clock`.
-    async fn open(&self, clock: Arc<dyn Clock>) -> Result<Site, String>;
+    async fn open(&self, clock: Arc<dyn Clock>) -> Result<FreshWorld, String>;
 }
 
 /// Opens worlds served by several replicas (stores over one shared world).
@@ -84,13 +84,13 @@ macro_rules! via_view {
 
 /// A store read one view per call, written one request per call.
 #[derive(Clone, Debug)]
-pub struct Direct {
+pub struct ViewPerCall {
     pub store: Arc<dyn Store>,
 }
 
-impl Direct {
-    pub fn new(store: Arc<dyn Store>) -> Direct {
-        Direct { store }
+impl ViewPerCall {
+    pub fn new(store: Arc<dyn Store>) -> ViewPerCall {
+        ViewPerCall { store }
     }
 
     pub async fn get(&self, path: &str, version: u64) -> Result<Document, Error> {
@@ -229,7 +229,7 @@ pub(crate) fn paths(found: &[CatalogMatch]) -> Vec<String> {
 #[derive(Clone)]
 pub(crate) struct CaseCtx {
     pub store: Arc<dyn Store>,
-    pub direct: Direct,
+    pub direct: ViewPerCall,
     pub tamper: Option<Tamper>,
     pub clock: Arc<ManualClock>,
 }
@@ -262,7 +262,7 @@ pub(crate) async fn run_cases(
             Ok(site) => {
                 let store = site.store.clone();
                 let ctx = CaseCtx {
-                    direct: Direct::new(site.store.clone()),
+                    direct: ViewPerCall::new(site.store.clone()),
                     store: site.store,
                     tamper: site.tamper,
                     clock,

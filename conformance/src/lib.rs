@@ -16,9 +16,10 @@
 //!
 //! # Adding a blob driver
 //!
-//! Implement `quire_blob::BlobStore`, then add a test that calls
-//! `run_blob_suite(Arc::new(store), "<unique prefix>/", Capabilities::default())` and
-//! `.assert_passed()`, and name the driver in xtask's conformance targets.
+//! Implement `quire_blob::BlobStore` and declare the driver in `quire_blob::DriverConfig`;
+//! then give it a row in [`DRIVERS`] and an arm in [`driver_target`] (the variables that name
+//! its local server, and its [`Capabilities`]) and its name in `conformance/tests/drivers.rs`.
+//! The blob table of `cargo xtask conformance` and the bucket-store tables then run on it.
 //!
 //! # Adding a backend
 //!
@@ -27,7 +28,7 @@
 //! model get their views for free: implement `quire_backend::snapshot::SnapshotSource`
 //! (where snapshots and version bytes come from) and hand out `SnapshotView`s. Then:
 //!
-//! 1. Implement [`BackendFactory`]: `open(clock)` returns a [`Site`] — a store over a **new,
+//! 1. Implement [`BackendFactory`]: `open(clock)` returns a [`FreshWorld`] — a store over a **new,
 //!    empty** world whose `modified` times come from `clock`, and a [`Tamper`] hook that
 //!    overwrites one version's stored bytes behind the store's back.
 //! 2. If replicas can share a world, implement [`ReplicaFactory`]: `open_world(clock)` and
@@ -61,6 +62,7 @@ pub mod model;
 mod replica;
 mod report;
 mod store;
+mod targets;
 
 pub use blob::{Capabilities, blob_case_names, run_blob_suite};
 pub use body::{body_case_names, run_body_suite};
@@ -69,11 +71,12 @@ pub use catalog::{catalog_case_names, run_catalog_suite};
 pub use differential::{DIRS, DifferentialPlan, PATHS, observe, run_differential, run_operations};
 pub use factories::{FileFactory, ModelFactory, SharedReplica, file_tamper};
 pub use harness::{
-    BackendFactory, Direct, ReplicaFactory, ReplicaWorld, SUITE_EPOCH, Site, Tamper,
+    BackendFactory, FreshWorld, ReplicaFactory, ReplicaWorld, SUITE_EPOCH, Tamper, ViewPerCall,
 };
 pub use replica::{ReplicaLoad, replica_case_names, run_replica_suite};
 pub use report::{CaseError, CaseResult, Outcome, SuiteReport};
 pub use store::{run_store_suite, store_case_names};
+pub use targets::{DRIVERS, DriverTarget, REQUIRE_SERVERS, driver_target, driver_target_from_env};
 
 /// A prefix no earlier run used, so suites can share a persistent bucket.
 #[allow(

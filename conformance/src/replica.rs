@@ -14,7 +14,7 @@ use quire_backend::{CatalogQuery, Ctx, ErrorKind, Hash, ListOptions, SEARCH_FRES
 use quire_log::ManualClock;
 
 use crate::harness::{
-    Direct, ReplicaFactory, ReplicaWorld, SUITE_EPOCH, ensure, expect_kind, names, ok, paths,
+    ReplicaFactory, ReplicaWorld, SUITE_EPOCH, ViewPerCall, ensure, expect_kind, names, ok, paths,
 };
 use crate::report::{Outcome, SuiteReport};
 
@@ -87,10 +87,10 @@ pub async fn run_replica_suite(factory: &dyn ReplicaFactory, load: ReplicaLoad) 
     SuiteReport { outcomes }
 }
 
-async fn pair(world: &dyn ReplicaWorld) -> Result<(Direct, Direct), String> {
+async fn pair(world: &dyn ReplicaWorld) -> Result<(ViewPerCall, ViewPerCall), String> {
     let writer = world.replica().await?;
     let reader = world.replica().await?;
-    Ok((Direct::new(writer), Direct::new(reader)))
+    Ok((ViewPerCall::new(writer), ViewPerCall::new(reader)))
 }
 
 async fn path_reads_are_exact(world: Box<dyn ReplicaWorld>, _: ReplicaLoad) -> Result<(), String> {
@@ -237,7 +237,7 @@ async fn catalog_reads_within_bound(
 }
 
 async fn own_writes_at_once(world: Box<dyn ReplicaWorld>, _: ReplicaLoad) -> Result<(), String> {
-    let writer = Direct::new(world.replica().await?);
+    let writer = ViewPerCall::new(world.replica().await?);
     ok(
         writer.lookup(CatalogQuery::new("*")).await,
         "warm-up lookup",
@@ -299,7 +299,7 @@ async fn writer_rounds(
     writer: usize,
     rounds: usize,
 ) -> Result<Acks, String> {
-    let direct = Direct::new(store);
+    let direct = ViewPerCall::new(store);
     let mut acks = Acks::new();
     for round in 0..rounds {
         let tag = format!("r{replica}w{writer}n{round}");
@@ -361,7 +361,7 @@ async fn concurrent_writers_lose_nothing(
             }
         }
     }
-    let checker = Direct::new(world.replica().await?);
+    let checker = ViewPerCall::new(world.replica().await?);
     for ((path, version), body) in &acks {
         let got = ok(
             checker.get(path, *version).await,

@@ -11,7 +11,7 @@ use quire_backend::{Ctx, ErrorKind, Store, WriteRequest};
 use quire_blob::memory::MemoryStore;
 use quire_blob::{BlobStore, Metered};
 use quire_conformance::{
-    BucketFactory, DifferentialPlan, Direct, FileFactory, ReplicaLoad, SUITE_EPOCH,
+    BucketFactory, DifferentialPlan, FileFactory, ReplicaLoad, SUITE_EPOCH, ViewPerCall,
     body_case_names, catalog_case_names, replica_case_names, run_body_suite, run_catalog_suite,
     run_differential, run_replica_suite, run_store_suite, store_case_names,
 };
@@ -129,7 +129,7 @@ async fn a_read_only_open_writes_nothing() {
     let writer = BucketStore::open(memory.clone(), options.clone())
         .await
         .unwrap();
-    let direct = Direct::new(Arc::new(writer.clone()));
+    let direct = ViewPerCall::new(Arc::new(writer.clone()));
     direct.write("/a.md", None, "one", &[]).await.unwrap();
     direct.write("/a.md", None, "two", &[]).await.unwrap();
 
@@ -143,7 +143,7 @@ async fn a_read_only_open_writes_nothing() {
     )
     .await
     .unwrap();
-    let reader = Direct::new(Arc::new(readonly.clone()));
+    let reader = ViewPerCall::new(Arc::new(readonly.clone()));
     assert_eq!(reader.get("/a.md", 0).await.unwrap().content, "two");
     // A write on the writer is seen by the reader's next exact read.
     direct.write("/a.md", None, "three", &[]).await.unwrap();

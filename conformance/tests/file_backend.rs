@@ -74,7 +74,7 @@ async fn file_store_shows_the_same_world_after_reopening() {
 
     use quire_backend::Store;
     use quire_backend::file::{FileOptions, FileStore};
-    use quire_conformance::{Direct, SUITE_EPOCH, observe, run_operations};
+    use quire_conformance::{SUITE_EPOCH, ViewPerCall, observe, run_operations};
     use quire_log::ManualClock;
 
     let dir = tempfile::tempdir().unwrap();
@@ -92,11 +92,11 @@ async fn file_store_shows_the_same_world_after_reopening() {
         answers.iter().filter(|a| a.contains(" v")).count() > 50,
         "too few writes landed"
     );
-    let before = observe(&Direct::new(store.clone())).await;
+    let before = observe(&ViewPerCall::new(store.clone())).await;
     store.close().await;
     drop(store);
     let reopened: Arc<dyn Store> = Arc::new(FileStore::open(dir.path(), options).await.unwrap());
-    let after = observe(&Direct::new(reopened)).await;
+    let after = observe(&ViewPerCall::new(reopened)).await;
     for (i, (b, a)) in before.iter().zip(&after).enumerate() {
         assert_eq!(b, a, "line {i} changed across reopening");
     }

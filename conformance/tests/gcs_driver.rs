@@ -1,6 +1,5 @@
-//! The GCS driver: the blob suite against the local emulator (fake-gcs-server), and the
-//! requests and error mapping the emulator cannot show, checked against a recording stub
-//! server on 127.0.0.1.
+//! The GCS driver: the requests and error mapping the emulator cannot show, checked against
+//! a recording stub server on 127.0.0.1 (the blob suite on the emulator is in drivers.rs).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,47 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use quire_blob::gcs::{GcsAuth, GcsConfig, GcsStore};
 use quire_blob::{BlobStore, ErrorKind, Generation, Op};
-use quire_conformance::{Capabilities, Outcome, fresh_root, run_blob_suite};
 
 const STUB_BUCKET: &str = "quire-stub";
 const STUB_TOKEN: &str = "stub-token";
-
-/// The suite's cases that need a conditional delete, which the emulator ignores.
-const DELETE_GAP_CASES: [&str; 2] = ["delete_cas", "delete_recreate_aba"];
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn gcs_driver_passes_the_blob_suite_on_the_emulator() {
-    let Ok(endpoint) = std::env::var("QUIRE_TEST_GCS_ENDPOINT") else {
-        assert!(
-            std::env::var("QUIRE_TEST_REQUIRE_SERVERS").as_deref() != Ok("1"),
-            "QUIRE_TEST_REQUIRE_SERVERS=1 but QUIRE_TEST_GCS_ENDPOINT is unset"
-        );
-        eprintln!(
-            "skipped: QUIRE_TEST_GCS_ENDPOINT is unset (`cargo xtask test` starts the GCS emulator)"
-        );
-        return;
-    };
-    let bucket = std::env::var("QUIRE_TEST_GCS_BUCKET").unwrap_or_else(|_| "quire-test".into());
-    let store = GcsStore::new(
-        GcsConfig::new(bucket, GcsAuth::StaticToken("test".into())).with_endpoint(endpoint),
-    )
-    .unwrap();
-    let report = run_blob_suite(
-        Arc::new(store),
-        &fresh_root("gcs"),
-        Capabilities::fake_gcs(),
-    )
-    .await;
-    report.assert_passed();
-    for (case, outcome) in &report.outcomes {
-        if let Outcome::Gap(why) = outcome {
-            assert!(
-                DELETE_GAP_CASES.contains(case),
-                "unexpected gap in {case}: {why}"
-            );
-        }
-    }
-}
 
 // ---- a recording HTTP stub ----
 

@@ -1,6 +1,7 @@
-//! The blob suite on the S3 driver, and how the driver reports mutations whose answer never
-//! came back. Needs the S3 server that `cargo xtask servers` starts (QUIRE_TEST_S3_* variables);
-//! without one the server cases are skipped, unless QUIRE_TEST_REQUIRE_SERVERS=1.
+//! The S3 driver beyond the blob suite (in drivers.rs): the standard credential chain, and how
+//! the driver reports mutations whose answer never came back. Needs the S3 server that
+//! `cargo xtask servers` starts (QUIRE_TEST_S3_* variables); without one the cases are skipped,
+//! unless QUIRE_TEST_REQUIRE_SERVERS=1.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,7 +9,8 @@ use std::time::Duration;
 
 use quire_blob::s3::{S3Config, S3Store, S3Timeouts};
 use quire_blob::{BlobStore, Bytes, ErrorKind, Op};
-use quire_conformance::{Capabilities, fresh_root, run_blob_suite};
+use quire_blob::{Credentials, DriverConfig};
+use quire_conformance::{driver_target_from_env, fresh_root};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -22,21 +24,28 @@ struct Target {
 }
 
 fn target() -> Option<Target> {
-    let Ok(endpoint) = std::env::var("QUIRE_TEST_S3_ENDPOINT") else {
-        assert!(
-            std::env::var("QUIRE_TEST_REQUIRE_SERVERS").as_deref() != Ok("1"),
-            "QUIRE_TEST_S3_ENDPOINT is unset but QUIRE_TEST_REQUIRE_SERVERS=1"
-        );
-        eprintln!("skipped: QUIRE_TEST_S3_ENDPOINT is unset (`cargo xtask servers` starts one)");
-        return None;
+    let scratch = std::env::temp_dir();
+    let driver = driver_target_from_env("s3", &scratch)?.driver;
+    let DriverConfig::S3 {
+        bucket,
+        endpoint: Some(endpoint),
+        region: Some(region),
+        credentials:
+            Credentials::S3Keys {
+                access_key_id,
+                secret_access_key,
+            },
+        ..
+    } = driver
+    else {
+        panic!("the s3 target is a local server with keys: {driver:?}");
     };
-    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is unset"));
     Some(Target {
         endpoint,
-        bucket: var("QUIRE_TEST_S3_BUCKET"),
-        access_key_id: var("AWS_ACCESS_KEY_ID"),
-        secret_access_key: var("AWS_SECRET_ACCESS_KEY"),
-        region: std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
+        bucket,
+        access_key_id,
+        secret_access_key,
+        region,
     })
 }
 
@@ -66,31 +75,21 @@ impl Target {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn s3_driver_passes_the_blob_suite() {
-    let Some(target) = target() else { return };
-    let report = run_blob_suite(
-        Arc::new(target.store()),
-        &fresh_root("s3"),
-        Capabilities::default(),
-    )
-    .await;
-    for (case, outcome) in &report.outcomes {
-        eprintln!("{case}: {outcome:?}");
-    }
-    report.assert_passed();
-}
-
 #[tokio::test]
 async fn the_standard_credential_chain_reaches_the_server() {
     let Some(target) = target() else { return };
-    // Credentials and region come from AWS_* variables, as `cargo xtask servers` sets them.
-    let config = S3Config {
+    // Credentials and region come from AWS_* variables, as `cargo xtask servers` sets them,
+    // opened as the server opens a configured world.
+    let store = DriverConfig::S3 {
+        bucket: target.bucket.clone(),
+        prefix: None,
         endpoint: Some(target.endpoint.clone()),
-        force_path_style: true,
-        ..S3Config::new(&target.bucket)
-    };
-    let store = S3Store::from_env(config).await.unwrap();
+        region: None,
+        credentials: Credentials::Standard,
+    }
+    .open()
+    .await
+    .unwrap();
     let key = format!("{}object", fresh_root("s3-env"));
     let created = store.create(&key, Bytes::from_static(b"v")).await.unwrap();
     assert_eq!(store.head(&key).await.unwrap(), created);

@@ -26,16 +26,16 @@
 //!   with burst, open watches) and per-connection watch slots, with retry hints.
 //! - [`config`]: the strict TOML configuration (listeners, TLS, peers, worlds with their backend,
 //!   authorities, tokens, limits and publish policy) and the embedded default.
-//! - [`policy`]: the publish policy document and the store decorator that enforces it.
+//! - `policy`: the publish policy document and the store decorator that enforces it.
 //! - [`metrics`]: the Prometheus metrics every transport records (requests, latency) and
 //!   per-world store metrics (commit batches, slot races, blob traffic).
-//! - [`failure`]: the one error shape (op, key, kind, detail) of the modules above.
+//! - the one error shape (op, key, kind, detail) of the modules above is `quire_failure`'s.
 //! - [`worlds`]: the world manager, which opens every world through one store factory.
-//! - [`web`]: the pages the HTTP gateway shows a browser (documents, listings, history and
+//! - `web`: the pages the HTTP gateway shows a browser (documents, listings, history and
 //!   diffs, search, the change feed as Server-Sent Events, writes with a tab-kept token).
 //! - [`mcp`]: `quire mcp`, a Model Context Protocol server for LLM agents over a
-//!   [`remote`] server (one Mark request over `mark://` or `http://`).
-//! - [`outline`] and [`links`]: a markdown document's headings with their `#anchor`s, and
+//!   `remote` server (one Mark request over `mark://` or `http://`).
+//! - `outline` and `links`: a markdown document's headings with their `#anchor`s, and
 //!   where its links point as world paths.
 //! - [`world_tools`]: `quire world verify | export | import` over one configured world.
 //!
@@ -49,23 +49,22 @@
 
 pub mod auth;
 pub mod config;
-pub mod failure;
 pub mod handlers;
 pub mod http;
 pub mod limits;
-pub mod links;
+pub(crate) mod links;
 pub mod mark;
 pub mod mcp;
 pub mod metrics;
-pub mod outline;
+pub(crate) mod outline;
 pub mod peers;
-pub mod policy;
+pub(crate) mod policy;
 mod process;
 pub mod quic;
 pub mod reload;
-pub mod remote;
+pub(crate) mod remote;
 pub mod tls;
-pub mod web;
+pub(crate) mod web;
 pub mod wiring;
 pub mod world_tools;
 pub mod worlds;

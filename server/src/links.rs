@@ -9,7 +9,7 @@ use pulldown_cmark::{Event, Parser, Tag};
 use crate::outline::markdown_options;
 
 /// Whether a link target leaves the world (it names a scheme or a host).
-pub fn is_external(target: &str) -> bool {
+pub(crate) fn is_external(target: &str) -> bool {
     if target.starts_with("//") {
         return true;
     }
@@ -21,7 +21,7 @@ pub fn is_external(target: &str) -> bool {
 
 /// The world path `target` names from a page at `base` (a document path, or a directory path
 /// ending in `/`); `None` for an external target or one that is only a fragment.
-pub fn resolve(base: &str, target: &str) -> Option<String> {
+pub(crate) fn resolve(base: &str, target: &str) -> Option<String> {
     let target = target.trim();
     if is_external(target) {
         return None;
@@ -62,7 +62,7 @@ pub fn resolve(base: &str, target: &str) -> Option<String> {
 }
 
 /// Every link and image target in `markdown`, as written, in order.
-pub fn targets(markdown: &str) -> Vec<String> {
+pub(crate) fn targets(markdown: &str) -> Vec<String> {
     Parser::new_ext(markdown, markdown_options())
         .filter_map(|event| match event {
             Event::Start(Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. }) => {
@@ -74,7 +74,7 @@ pub fn targets(markdown: &str) -> Vec<String> {
 }
 
 /// Whether the document at `from` holding `markdown` links to the document `to`.
-pub fn links_to(from: &str, markdown: &str, to: &str) -> bool {
+pub(crate) fn links_to(from: &str, markdown: &str, to: &str) -> bool {
     targets(markdown)
         .iter()
         .filter_map(|target| resolve(from, target))

@@ -22,7 +22,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};

@@ -13,7 +13,7 @@ use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 /// One heading of a document.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Heading {
+pub(crate) struct Heading {
     /// 1 to 6.
     pub level: u8,
     /// The heading's text, inline markup removed.
@@ -24,7 +24,7 @@ pub struct Heading {
 }
 
 /// The parser options every reader of Quire markdown uses.
-pub fn markdown_options() -> Options {
+pub(crate) fn markdown_options() -> Options {
     Options::ENABLE_TABLES
         | Options::ENABLE_STRIKETHROUGH
         | Options::ENABLE_TASKLISTS
@@ -33,7 +33,7 @@ pub fn markdown_options() -> Options {
 
 /// The headings of `markdown`, in order, with unique anchors. Headings with no text are
 /// skipped.
-pub fn headings(markdown: &str) -> Vec<Heading> {
+pub(crate) fn headings(markdown: &str) -> Vec<Heading> {
     let mut found = Vec::new();
     let mut taken = HashSet::new();
     let mut open: Option<(u8, usize, String)> = None;
@@ -69,7 +69,7 @@ pub fn headings(markdown: &str) -> Vec<Heading> {
 }
 
 /// The GitHub-style slug of a heading's text.
-pub fn slug(text: &str) -> String {
+pub(crate) fn slug(text: &str) -> String {
     let mut slug = String::with_capacity(text.len());
     for c in text.trim().chars().flat_map(char::to_lowercase) {
         if c.is_alphanumeric() || c == '_' || c == '-' {
@@ -95,7 +95,7 @@ fn unique(base: String, taken: &mut HashSet<String>) -> String {
 /// The byte range of the section `anchor` names: from its heading to the next heading of the
 /// same or a higher level. The anchor is matched case-insensitively, and raw heading text is
 /// accepted too (it is slugged first).
-pub fn section(markdown: &str, anchor: &str) -> Option<Range<usize>> {
+pub(crate) fn section(markdown: &str, anchor: &str) -> Option<Range<usize>> {
     let all = headings(markdown);
     let wanted = anchor.trim().to_lowercase();
     let slugged = slug(anchor);

@@ -57,11 +57,11 @@ use crate::auth::PathPattern;
 use crate::config::PolicyConfig;
 
 /// Where a world's policy document lives (the only supported path).
-pub const POLICY_PATH: &str = "/.well-known/demarkus/policy.md";
+pub(crate) const POLICY_PATH: &str = "/.well-known/demarkus/policy.md";
 
 /// How a policy treats a write that breaks it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Strictness {
+pub(crate) enum Strictness {
     /// Let it through; log the violations.
     Warn,
     /// Refuse it.
@@ -71,7 +71,7 @@ pub enum Strictness {
 }
 
 impl Strictness {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Strictness::Warn => "warn",
             Strictness::Block => "block",
@@ -82,7 +82,7 @@ impl Strictness {
 
 /// One broken rule: a code and what it names.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
+pub(crate) struct Violation {
     /// `missing-tag` or `missing-field`.
     pub code: &'static str,
     /// The tag prefix or field name.
@@ -91,7 +91,7 @@ pub struct Violation {
 
 /// A parsed policy document.
 #[derive(Clone, Debug)]
-pub struct Policy {
+pub(crate) struct Policy {
     pub strictness: Strictness,
     /// Tag prefixes: each needs a tag `prefix:value` with a non-empty value.
     pub require_tags: Vec<String>,
@@ -103,7 +103,7 @@ pub struct Policy {
 
 impl Policy {
     /// Parses a policy document's body; the error says what is wrong.
-    pub fn parse(body: &str) -> Result<Policy, String> {
+    pub(crate) fn parse(body: &str) -> Result<Policy, String> {
         let pairs = frontmatter(body)?;
         let mut strictness = None;
         let mut require_tags = Vec::new();
@@ -167,14 +167,14 @@ impl Policy {
     }
 
     /// Whether the policy judges writes to `path`.
-    pub fn applies_to(&self, path: &DocPath) -> bool {
+    pub(crate) fn applies_to(&self, path: &DocPath) -> bool {
         path.as_str() != POLICY_PATH
             && (self.applies_to.is_empty()
                 || self.applies_to.iter().any(|p| p.matches(path.as_str())))
     }
 
     /// The rules `metadata` breaks, tags first, each in declared order.
-    pub fn judge(&self, metadata: &Metadata) -> Vec<Violation> {
+    pub(crate) fn judge(&self, metadata: &Metadata) -> Vec<Violation> {
         let tags: Vec<&str> = metadata
             .get("tags")
             .map_or_else(Vec::new, |t| split_tags(t).collect());
@@ -205,7 +205,7 @@ impl Policy {
     }
 
     /// The message a refused write answers with.
-    pub fn refusal(&self, violations: &[Violation]) -> String {
+    pub(crate) fn refusal(&self, violations: &[Violation]) -> String {
         let mut message = format!(
             "publish policy ({}) refused this write:",
             self.strictness.as_str()
@@ -457,7 +457,7 @@ impl Precondition for Both {
 }
 
 /// A store whose writes are judged by the world's publish policy.
-pub struct Enforce {
+pub(crate) struct Enforce {
     inner: Arc<dyn Store>,
     check: Arc<PolicyCheck>,
 }
@@ -474,7 +474,7 @@ impl fmt::Debug for Enforce {
 impl Enforce {
     /// Wraps `inner`; `required` refuses writes while the policy is missing, archived or
     /// invalid.
-    pub fn new(inner: Arc<dyn Store>, required: bool) -> Enforce {
+    pub(crate) fn new(inner: Arc<dyn Store>, required: bool) -> Enforce {
         Enforce {
             inner,
             check: Arc::new(PolicyCheck {
@@ -495,7 +495,7 @@ impl Enforce {
 }
 
 /// [`POLICY_PATH`] as a document path.
-pub fn policy_path() -> DocPath {
+pub(crate) fn policy_path() -> DocPath {
     DocPath::parse(POLICY_PATH).expect("the policy path is a document path")
 }
 
@@ -556,7 +556,7 @@ impl Follower for Enforce {
 /// A world's store as its policy configuration asks: wrapped in [`Enforce`] when enforced,
 /// with the seed file published as the policy document's first version when the world has
 /// none (never on a read-only world).
-pub async fn open(
+pub(crate) async fn open(
     store: Arc<dyn Store>,
     config: &PolicyConfig,
     read_only: bool,
@@ -576,7 +576,7 @@ pub async fn open(
 
 /// Publishes `file` as the policy document unless one exists (archived included); whether
 /// it did.
-pub async fn seed(store: &dyn Store, file: &Path) -> Result<bool, String> {
+pub(crate) async fn seed(store: &dyn Store, file: &Path) -> Result<bool, String> {
     let body = std::fs::read_to_string(file)
         .map_err(|e| format!("policy seed file {}: {e}", file.display()))?;
     Policy::parse(&body).map_err(|why| format!("policy seed file {}: {why}", file.display()))?;

@@ -44,12 +44,12 @@ quire_failure::names! {
 }
 
 /// What went wrong: the file breaks its rules, or could not be read or written.
-pub use crate::failure::FileKind as ErrorKind;
+pub use quire_failure::FileKind as ErrorKind;
 
 /// A TLS failure: `tls <op> "<key>": <kind>: <detail>`, the key being the file concerned.
-pub type Error = crate::failure::Failure<Op, ErrorKind>;
+pub type Error = quire_failure::Failure<Op, ErrorKind>;
 
-impl crate::failure::Subject for Op {
+impl quire_failure::Subject for Op {
     const SUBJECT: &'static str = "tls";
 }
 

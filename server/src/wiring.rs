@@ -4,7 +4,6 @@
 //! With peer hints ([`HintingBackends`]) every bucket world reports its commits to the hint
 //! senders and takes peers' hints under its world id.
 
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
@@ -12,13 +11,9 @@ use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::changes::DEFAULT_RING;
 use quire_backend::file::{FileOptions, FileStore};
 use quire_backend::{Follower, SearchOptions, Store};
-use quire_blob::file::DirBlobStore;
-use quire_blob::gcs::{GcsAuth, GcsConfig, GcsStore};
-use quire_blob::memory::MemoryStore;
-use quire_blob::s3::{S3Config, S3Store};
-use quire_blob::{BlobStore, Simulated};
+use quire_blob::{BlobStore, Hedged, Simulated};
 
-use crate::config::{BackendConfig, BucketDriver, SimulatedLatency, WorldConfig};
+use crate::config::{BackendConfig, SimulatedLatency, WorldConfig};
 use crate::peers::Peers;
 use crate::worlds::{OpenError, StoreFactory};
 
@@ -70,21 +65,21 @@ async fn open_world(
             BackendConfig::Bucket {
                 driver,
                 world_id,
+                hedge,
                 simulate_latency,
             } => {
-                let expected = match world_id {
-                    None => None,
-                    Some(id) => Some(quire_log::WorldId::parse(id.as_str()).ok_or_else(|| {
-                        fail(&format!(
-                            "world_id {:?} is not a world id (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
-                            id.as_str()
-                        ))
-                    })?),
-                };
-                let (blobs, prefix) = blob_store(driver).await.map_err(|error| fail(&error))?;
+                let expected = *world_id;
+                let blobs = driver.open().await.map_err(|error| fail(&error))?;
                 let blobs = match simulate_latency {
                     None => blobs,
                     Some(profile) => simulated(blobs, *profile),
+                };
+                // Outside the simulated latency, so a benchmark's slow requests are hedged as
+                // a remote bucket's would be.
+                let blobs: Arc<dyn BlobStore> = if *hedge {
+                    Arc::new(Hedged::new(blobs))
+                } else {
+                    blobs
                 };
                 // The world id is known once the store opened; nothing commits before.
                 let world_id: Arc<OnceLock<String>> = Arc::default();
@@ -100,7 +95,7 @@ async fn open_world(
                 });
                 let options = BucketOptions {
                     on_committed,
-                    prefix,
+                    prefix: driver.prefix(),
                     world: expected,
                     read_only: world.read_only,
                     max_documents: world.max_documents.map_or(0, |n| n.get()),
@@ -143,64 +138,4 @@ fn search_options(world: &WorldConfig) -> SearchOptions {
         fold_documents: world.search.fold_documents.get() as usize,
         ..SearchOptions::default()
     }
-}
-
-/// The world's key prefix: empty, or ending in `/`.
-fn world_prefix(prefix: &Option<String>) -> String {
-    match prefix.as_deref() {
-        None | Some("") => String::new(),
-        Some(p) if p.ends_with('/') => p.to_owned(),
-        Some(p) => format!("{p}/"),
-    }
-}
-
-/// Builds the blob store a bucket world lives in, and the world's prefix inside it.
-async fn blob_store(driver: &BucketDriver) -> anyhow::Result<(Arc<dyn BlobStore>, String)> {
-    Ok(match driver {
-        BucketDriver::Memory => (Arc::new(MemoryStore::new()), String::new()),
-        BucketDriver::File { location, prefix } => {
-            let store = DirBlobStore::open(location.clone())
-                .map_err(|e| anyhow::anyhow!("opening {}: {e}", location.display()))?;
-            (Arc::new(store), world_prefix(prefix))
-        }
-        BucketDriver::S3 {
-            bucket,
-            prefix,
-            endpoint,
-            region,
-        } => {
-            let config = S3Config {
-                endpoint: endpoint.clone(),
-                region: region.clone(),
-                // Custom endpoints (MinIO, SeaweedFS, …) rarely serve virtual-hosted names.
-                force_path_style: endpoint.is_some(),
-                ..S3Config::new(bucket)
-            };
-            let store = S3Store::from_env(config).await?;
-            (Arc::new(store), world_prefix(prefix))
-        }
-        BucketDriver::Gcs {
-            bucket,
-            prefix,
-            endpoint,
-        } => {
-            let mut config = GcsConfig::new(bucket, gcs_auth());
-            if let Some(endpoint) = endpoint {
-                config = config.with_endpoint(endpoint);
-            }
-            (Arc::new(GcsStore::new(config)?), world_prefix(prefix))
-        }
-    })
-}
-
-/// GCS credentials: `QUIRE_GCS_TOKEN` (a bearer token, e.g. for emulators), else the key file
-/// `GOOGLE_APPLICATION_CREDENTIALS` names, else the metadata server of the machine.
-fn gcs_auth() -> GcsAuth {
-    if let Ok(token) = std::env::var("QUIRE_GCS_TOKEN") {
-        return GcsAuth::StaticToken(token);
-    }
-    if let Ok(path) = std::env::var("GOOGLE_APPLICATION_CREDENTIALS") {
-        return GcsAuth::ServiceAccountKey(PathBuf::from(path));
-    }
-    GcsAuth::metadata_server()
 }

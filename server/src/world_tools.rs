@@ -81,9 +81,9 @@ quire_failure::names! {
 }
 
 /// A world tool failure: `world <op> "<key>": <kind>: <detail>`.
-pub type Error = crate::failure::Failure<Op, ErrorKind>;
+pub type Error = quire_failure::Failure<Op, ErrorKind>;
 
-impl crate::failure::Subject for Op {
+impl quire_failure::Subject for Op {
     const SUBJECT: &'static str = "world";
 }
 

@@ -16,7 +16,6 @@ use crate::auth::{
 };
 use crate::config::{Config, WorldConfig};
 use crate::handlers::World;
-use crate::limits::Limiter;
 
 /// Why a world could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -81,14 +80,11 @@ impl Worlds {
                     secret,
                 });
             }
-            let world = Arc::new(World {
-                name: name.clone(),
-                store,
-                auth,
-                limiter: Limiter::new(world_config.limits.clone()),
-                read_only: world_config.read_only,
-                clock: Arc::new(quire_log::SystemClock),
-            });
+            let world = Arc::new(
+                World::new(name.clone(), store, auth)
+                    .with_limits(world_config.limits.clone())
+                    .with_read_only(world_config.read_only),
+            );
             worlds.insert(world, world_config.authorities.iter().map(|a| a.as_str()));
         }
         worlds.ready.store(true, Ordering::SeqCst);

@@ -3,7 +3,7 @@
 //! two replicas: a write acknowledged by one is seen at once by an exact read on the other,
 //! and reaches a WATCH open on the other.
 
-use quire_server::config::{BackendConfig, BucketDriver, Config};
+use quire_server::config::{BackendConfig, Config, DriverConfig};
 use reqwest::StatusCode;
 
 struct Replica {
@@ -19,7 +19,7 @@ async fn replica(dir: &std::path::Path) -> Replica {
     for world in &mut config.worlds {
         match &mut world.backend {
             BackendConfig::Bucket {
-                driver: BucketDriver::File { location, .. },
+                driver: DriverConfig::File { location, .. },
                 ..
             } => *location = dir.to_path_buf(),
             other => {

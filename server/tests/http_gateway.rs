@@ -13,7 +13,7 @@ use quire_server::auth::{
 };
 use quire_server::config::Config;
 use quire_server::handlers::World;
-use quire_server::limits::{LimitSettings, Limiter};
+use quire_server::limits::LimitSettings;
 use quire_server::mark::{Status, WatchBlock, WatchDecoder};
 use quire_server::worlds::Worlds;
 use quire_server::{http, wiring};
@@ -705,14 +705,11 @@ async fn a_write_on_one_bucket_replica_reaches_a_watch_on_the_other() {
             None,
         )])
         .unwrap();
-        World {
-            name: "shared".into(),
-            store: Arc::new(store),
-            auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens)))),
-            limiter: Limiter::new(LimitSettings::default()),
-            read_only: false,
-            clock: std::sync::Arc::new(quire_log::SystemClock),
-        }
+        World::new(
+            "shared",
+            Arc::new(store),
+            Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens)))),
+        )
     };
     let leader = serve(
         Worlds::from_worlds([world(leader)]),

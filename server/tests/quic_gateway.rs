@@ -12,7 +12,7 @@ use std::time::Duration;
 use quire_backend::file::{FileOptions, FileStore};
 use quire_server::auth::{Authorizer, Operation, TokenEntrySpec, TokenHash, TokenRegistry};
 use quire_server::handlers::World;
-use quire_server::limits::{LimitSettings, Limiter};
+use quire_server::limits::LimitSettings;
 use quire_server::mark::client::{self as mark_client, Client, MarkConnection, Trust};
 use quire_server::mark::{MAX_BODY, MAX_REQUEST_LINE, Request, Response, Status, Verb, WatchBlock};
 use quire_server::metrics::Metrics;
@@ -680,14 +680,7 @@ async fn watched_world(root: &Path) -> World {
         ..FileOptions::default()
     };
     let store = FileStore::open(root.join("test"), options).await.unwrap();
-    World {
-        name: "test".into(),
-        store: Arc::new(store),
-        auth: fixed_tokens(),
-        limiter: Limiter::new(LimitSettings::default()),
-        read_only: false,
-        clock: std::sync::Arc::new(quire_log::SystemClock),
-    }
+    World::new("test", Arc::new(store), fixed_tokens())
 }
 
 fn event(block: Option<WatchBlock>) -> (String, u64, String) {

@@ -615,14 +615,11 @@ async fn a_watch_cursor_beyond_the_head_probes_the_log_and_is_no_peer_hint() {
         inner: watched.clone(),
         hints: Mutex::default(),
     });
-    let world = Arc::new(quire_server::handlers::World {
-        name: "w".into(),
-        store: store.clone(),
-        auth: quire_server::auth::Authorizer::new(None),
-        limiter: quire_server::limits::Limiter::new(Default::default()),
-        read_only: false,
-        clock: std::sync::Arc::new(quire_log::SystemClock),
-    });
+    let world = Arc::new(quire_server::handlers::World::new(
+        "w",
+        store.clone(),
+        quire_server::auth::Authorizer::new(None),
+    ));
     // A client saw the peer's commits elsewhere and resumes here beyond this head.
     let since = format!("{}:{}", watched.world(), head + 3);
     let request = quire_server::mark::Request::new(quire_server::mark::Verb::Watch, "/")

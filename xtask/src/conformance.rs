@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use quire_blob::BlobStore;
-use quire_blob::file::DirBlobStore;
-use quire_blob::memory::MemoryStore;
 use quire_conformance::{
-    BucketFactory, Capabilities, FileFactory, Outcome, ReplicaLoad, SuiteReport, fresh_root,
-    run_blob_suite, run_body_suite, run_catalog_suite, run_replica_suite, run_store_suite,
+    BucketFactory, Capabilities, DRIVERS, FileFactory, Outcome, ReplicaLoad, SuiteReport,
+    driver_target, fresh_root, run_blob_suite, run_body_suite, run_catalog_suite,
+    run_replica_suite, run_store_suite,
 };
 
-use crate::servers::{Server, fake_gcs, seaweedfs};
+use crate::servers::Server;
 
+/// A driver opened for the table.
 struct Target {
     name: &'static str,
     store: Arc<dyn BlobStore>,
@@ -21,47 +21,29 @@ struct Target {
 }
 
 /// The value of `name` in the environment of whichever server provides it.
-fn server_var<'a>(servers: &'a [Server], name: &str) -> Result<&'a str> {
+fn server_var(servers: &[Server], name: &str) -> Option<String> {
     servers
         .iter()
         .flat_map(|server| server.env.iter())
         .find(|(key, _)| key == name)
-        .map(|(_, value)| value.as_str())
-        .with_context(|| format!("no local server provides {name}"))
+        .map(|(_, value)| value.clone())
 }
 
-fn targets(scratch: &Path, servers: &[Server]) -> Result<Vec<Target>> {
-    let file_root = scratch.join("file-driver");
-    let file = DirBlobStore::open(&file_root)
-        .with_context(|| format!("opening a file store at {}", file_root.display()))?;
-    Ok(vec![
-        Target {
-            name: "memory",
-            store: Arc::new(MemoryStore::new()),
-            capabilities: Capabilities::default(),
-        },
-        Target {
-            name: "file",
-            store: Arc::new(file),
-            capabilities: Capabilities::default(),
-        },
-        Target {
-            name: "s3",
-            store: Arc::new(seaweedfs::store(server_var(
-                servers,
-                "QUIRE_TEST_S3_ENDPOINT",
-            )?)?),
-            capabilities: Capabilities::default(),
-        },
-        Target {
-            name: "gcs",
-            store: Arc::new(fake_gcs::store(server_var(
-                servers,
-                "QUIRE_TEST_GCS_ENDPOINT",
-            )?)?),
-            capabilities: Capabilities::fake_gcs(),
-        },
-    ])
+/// Every driver, on the servers just started.
+async fn targets(scratch: &Path, servers: &[Server]) -> Result<Vec<Target>> {
+    let lookup = |name: &str| server_var(servers, name);
+    let mut targets = Vec::new();
+    for name in DRIVERS {
+        let target = driver_target(name, scratch, &lookup)
+            .map_err(anyhow::Error::msg)?
+            .with_context(|| format!("no local server is running for the {name} driver"))?;
+        targets.push(Target {
+            name: target.name(),
+            store: target.open().await?,
+            capabilities: target.capabilities,
+        });
+    }
+    Ok(targets)
 }
 
 /// One suite's results: a column per target, a row per case.
@@ -115,7 +97,7 @@ impl Table {
 /// body, replica) over the file store and the bucket store on every driver; prints one table per
 /// suite and fails if any case failed anywhere.
 pub(crate) async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
-    let targets = targets(scratch, servers)?;
+    let targets = targets(scratch, servers).await?;
     let mut blob = Table {
         title: "blob case",
         columns: Vec::new(),

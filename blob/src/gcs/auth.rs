@@ -39,6 +39,19 @@ pub enum GcsAuth {
 }
 
 impl GcsAuth {
+    /// Credentials from the environment: `QUIRE_GCS_TOKEN` (a bearer token, e.g. for
+    /// emulators), else the key file `GOOGLE_APPLICATION_CREDENTIALS` names, else the metadata
+    /// server of the machine.
+    pub fn from_env() -> Self {
+        if let Ok(token) = std::env::var("QUIRE_GCS_TOKEN") {
+            return GcsAuth::StaticToken(token);
+        }
+        if let Ok(path) = std::env::var("GOOGLE_APPLICATION_CREDENTIALS") {
+            return GcsAuth::ServiceAccountKey(PathBuf::from(path));
+        }
+        GcsAuth::metadata_server()
+    }
+
     /// The metadata server at its standard address.
     pub fn metadata_server() -> Self {
         GcsAuth::MetadataServer {

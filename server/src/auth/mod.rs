@@ -92,12 +92,12 @@ quire_failure::names! {
 }
 
 /// What went wrong: the file breaks its rules, or could not be read or written.
-pub use crate::failure::FileKind as ErrorKind;
+pub use quire_failure::FileKind as ErrorKind;
 
 /// A tokens failure: `tokens <op> "<key>": <kind>: <detail>`; the key is the file path.
-pub type Error = crate::failure::Failure<Op, ErrorKind>;
+pub type Error = quire_failure::Failure<Op, ErrorKind>;
 
-impl crate::failure::Subject for Op {
+impl quire_failure::Subject for Op {
     const SUBJECT: &'static str = "tokens";
 }
 

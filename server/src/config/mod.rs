@@ -47,6 +47,7 @@
 //! endpoint = "http://127.0.0.1:9000"   # optional, s3/gcs
 //! region = "us-east-1"                 # optional, s3
 //! world_id = "2f0c…"                   # optional: checked against the bucket's marker
+//! hedge = true                         # s3/gcs (default true): re-send a slow read or create
 //! # simulate_latency = "real-gcs"       # benchmarks only: every blob request waits as on GCS
 //! # … or a plain directory of markdown files:
 //! # kind = "file"
@@ -89,6 +90,8 @@ use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use quire_blob::DriverConfig;
+pub use quire_log::WorldId;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -123,12 +126,12 @@ quire_failure::names! {
 }
 
 /// What went wrong: the file breaks its rules, or could not be read or written.
-pub use crate::failure::FileKind as ErrorKind;
+pub use quire_failure::FileKind as ErrorKind;
 
 /// A configuration failure: `config <op> "<file>": <kind>: line N: <detail>`.
-pub type Error = crate::failure::Failure<Op, ErrorKind>;
+pub type Error = quire_failure::Failure<Op, ErrorKind>;
 
-impl crate::failure::Subject for Op {
+impl quire_failure::Subject for Op {
     const SUBJECT: &'static str = "config";
 }
 
@@ -230,30 +233,6 @@ impl fmt::Display for Authority {
     }
 }
 
-/// A world's identity in its bucket: 1–64 characters of `[A-Za-z0-9._-]`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WorldId(String);
-
-impl WorldId {
-    pub fn parse(text: &str) -> Result<WorldId, String> {
-        let valid = !text.is_empty()
-            && text.len() <= 64
-            && text
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if !valid {
-            return Err(format!(
-                "world_id {text:?} must be 1 to 64 characters of A-Z, a-z, 0-9, `.`, `_`, `-`"
-            ));
-        }
-        Ok(WorldId(text.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
 macro_rules! deserialize_by_parse {
     ($($kind:ty),*) => {$(
         impl<'de> Deserialize<'de> for $kind {
@@ -265,7 +244,7 @@ macro_rules! deserialize_by_parse {
     )*};
 }
 
-deserialize_by_parse!(WorldName, Authority, WorldId);
+deserialize_by_parse!(WorldName, Authority);
 
 /// The listeners (`[listen]`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -422,9 +401,12 @@ impl PeersConfig {
 pub enum BackendConfig {
     /// The bucket store over a blob driver.
     Bucket {
-        driver: BucketDriver,
+        driver: DriverConfig,
         /// When set, opening checks the bucket's marker carries this id.
         world_id: Option<WorldId>,
+        /// Send a second attempt for a read or create that runs past its recent p95
+        /// (`quire_blob::Hedged`); on by default on the network drivers.
+        hedge: bool,
         /// For benchmarks: every blob request waits a delay drawn from this profile first.
         simulate_latency: Option<SimulatedLatency>,
     },
@@ -440,29 +422,6 @@ pub enum SimulatedLatency {
     /// The real-GCS figures of ADR 0036 (`quire_blob::real_gcs_latency`): creates about
     /// 40 ms, reads about 30 ms, metadata reads 11-14 ms.
     RealGcs,
-}
-
-/// The blob driver under a bucket store.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BucketDriver {
-    /// In memory: gone when the process ends (tests, demonstrations).
-    Memory,
-    /// A local directory.
-    File {
-        location: PathBuf,
-        prefix: Option<String>,
-    },
-    S3 {
-        bucket: String,
-        prefix: Option<String>,
-        endpoint: Option<String>,
-        region: Option<String>,
-    },
-    Gcs {
-        bucket: String,
-        prefix: Option<String>,
-        endpoint: Option<String>,
-    },
 }
 
 /// A world's tokens (`[worlds.auth]`).
@@ -583,7 +542,7 @@ impl Config {
             match &mut world.backend {
                 BackendConfig::File { root } => resolve(root),
                 BackendConfig::Bucket {
-                    driver: BucketDriver::File { location, .. },
+                    driver: DriverConfig::File { location, .. },
                     ..
                 } => resolve(location),
                 BackendConfig::Bucket { .. } => {}

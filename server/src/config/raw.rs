@@ -2,6 +2,7 @@
 //! rules can name their line, and the checks that turn them into the validated [`Config`].
 
 use super::*;
+use quire_blob::Credentials;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,7 +125,8 @@ impl DriverKind {
 struct RawBackend {
     kind: Spanned<BackendKind>,
     driver: Option<Spanned<DriverKind>>,
-    world_id: Option<Spanned<WorldId>>,
+    world_id: Option<Spanned<String>>,
+    hedge: Option<Spanned<bool>>,
     location: Option<Spanned<PathBuf>>,
     bucket: Option<Spanned<String>>,
     prefix: Option<Spanned<String>>,
@@ -246,7 +248,7 @@ impl ConfigFile {
 }
 
 fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
-    let fields: [(&str, Option<std::ops::Range<usize>>); 9] = [
+    let fields: [(&str, Option<std::ops::Range<usize>>); 10] = [
         ("driver", raw.driver.as_ref().map(Spanned::span)),
         ("world_id", raw.world_id.as_ref().map(Spanned::span)),
         ("location", raw.location.as_ref().map(Spanned::span)),
@@ -255,6 +257,7 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
         ("endpoint", raw.endpoint.as_ref().map(Spanned::span)),
         ("region", raw.region.as_ref().map(Spanned::span)),
         ("root", raw.root.as_ref().map(Spanned::span)),
+        ("hedge", raw.hedge.as_ref().map(Spanned::span)),
         (
             "simulate_latency",
             raw.simulate_latency.as_ref().map(Spanned::span),
@@ -339,7 +342,7 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
             let driver = match kind {
                 DriverKind::Memory => {
                     check_allowed(&what, &["driver", "world_id", "simulate_latency"])?;
-                    BucketDriver::Memory
+                    DriverConfig::Memory
                 }
                 DriverKind::File => {
                     check_allowed(
@@ -355,7 +358,7 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
                     let location = raw
                         .location
                         .ok_or_else(|| required("location", &what, &anchor))?;
-                    BucketDriver::File {
+                    DriverConfig::File {
                         location: location.into_inner(),
                         prefix,
                     }
@@ -370,14 +373,16 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
                             "prefix",
                             "endpoint",
                             "region",
+                            "hedge",
                             "simulate_latency",
                         ],
                     )?;
-                    BucketDriver::S3 {
+                    DriverConfig::S3 {
                         bucket: bucket.ok_or_else(|| required("bucket", &what, &anchor))?,
                         prefix,
                         endpoint,
                         region: text_value(raw.region, "region")?,
+                        credentials: Credentials::Standard,
                     }
                 }
                 DriverKind::Gcs => {
@@ -389,19 +394,36 @@ fn backend(text: &str, raw: RawBackend) -> Result<BackendConfig, String> {
                             "bucket",
                             "prefix",
                             "endpoint",
+                            "hedge",
                             "simulate_latency",
                         ],
                     )?;
-                    BucketDriver::Gcs {
+                    DriverConfig::Gcs {
                         bucket: bucket.ok_or_else(|| required("bucket", &what, &anchor))?,
                         prefix,
                         endpoint,
+                        credentials: Credentials::Standard,
                     }
                 }
             };
+            let world_id = match raw.world_id {
+                None => None,
+                Some(id) => Some(WorldId::parse(id.get_ref()).ok_or_else(|| {
+                    at(
+                        text,
+                        &id,
+                        format!(
+                            "world_id {:?} is not a world id: the bucket marker's \
+                             xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lowercase hex",
+                            id.get_ref()
+                        ),
+                    )
+                })?),
+            };
             Ok(BackendConfig::Bucket {
+                hedge: raw.hedge.map_or(driver.is_remote(), Spanned::into_inner),
                 driver,
-                world_id: raw.world_id.map(Spanned::into_inner),
+                world_id,
                 simulate_latency: raw.simulate_latency.map(Spanned::into_inner),
             })
         }

@@ -1,4 +1,5 @@
 use super::*;
+use quire_blob::Credentials;
 
 const FULL: &str = r#"version = 1
 
@@ -95,11 +96,12 @@ fn the_embedded_default_serves_one_local_world_from_the_file_driver() {
     assert_eq!(
         world.backend,
         BackendConfig::Bucket {
-            driver: BucketDriver::File {
+            driver: DriverConfig::File {
                 location: PathBuf::from("./data"),
                 prefix: None
             },
             world_id: None,
+            hedge: false,
             simulate_latency: None,
         }
     );
@@ -171,13 +173,15 @@ fn reads_every_setting() {
     assert_eq!(
         docs.backend,
         BackendConfig::Bucket {
-            driver: BucketDriver::S3 {
+            driver: DriverConfig::S3 {
                 bucket: "my-bucket".into(),
                 prefix: Some("worlds/docs".into()),
                 endpoint: Some("http://127.0.0.1:9000".into()),
                 region: Some("us-east-1".into()),
+                credentials: Credentials::Standard,
             },
             world_id: Some(WorldId::parse("2f0c1d2e-aaaa-bbbb-cccc-0123456789ab").unwrap()),
+            hedge: true,
             simulate_latency: None,
         }
     );
@@ -223,30 +227,32 @@ fn reads_each_bucket_driver_and_the_file_backend() {
     let cases = [
         (
             "kind = \"bucket\"\ndriver = \"memory\"\n",
-            BucketDriver::Memory,
+            DriverConfig::Memory,
         ),
         (
             "kind = \"bucket\"\ndriver = \"file\"\nlocation = \"/srv/quire\"\nprefix = \"w1\"\n",
-            BucketDriver::File {
+            DriverConfig::File {
                 location: "/srv/quire".into(),
                 prefix: Some("w1".into()),
             },
         ),
         (
             "kind = \"bucket\"\ndriver = \"s3\"\nbucket = \"b\"\n",
-            BucketDriver::S3 {
+            DriverConfig::S3 {
                 bucket: "b".into(),
                 prefix: None,
                 endpoint: None,
                 region: None,
+                credentials: Credentials::Standard,
             },
         ),
         (
             "kind = \"bucket\"\ndriver = \"gcs\"\nbucket = \"b\"\nendpoint = \"https://storage.example\"\n",
-            BucketDriver::Gcs {
+            DriverConfig::Gcs {
                 bucket: "b".into(),
                 prefix: None,
                 endpoint: Some("https://storage.example".into()),
+                credentials: Credentials::Standard,
             },
         ),
     ];
@@ -255,6 +261,7 @@ fn reads_each_bucket_driver_and_the_file_backend() {
         assert_eq!(
             config.worlds[0].backend,
             BackendConfig::Bucket {
+                hedge: driver.is_remote(),
                 driver,
                 world_id: None,
                 simulate_latency: None,
@@ -678,11 +685,12 @@ fn load_resolves_relative_paths_against_the_file() {
     assert_eq!(
         default.worlds[0].backend,
         BackendConfig::Bucket {
-            driver: BucketDriver::File {
+            driver: DriverConfig::File {
                 location: PathBuf::from("/srv/./data"),
                 prefix: None
             },
             world_id: None,
+            hedge: false,
             simulate_latency: None,
         }
     );
@@ -706,12 +714,58 @@ fn world_names_and_ids_follow_their_grammar() {
     for bad in ["", "Local", "-a", "_a", "a b", "a.b", &"a".repeat(64)] {
         assert!(WorldName::parse(bad).is_err(), "{bad}");
     }
-    for good in ["x", "2f0c1d2e-aaaa", "A.b_c-9", &"a".repeat(64)] {
-        assert!(WorldId::parse(good).is_ok(), "{good}");
+}
+
+/// A world id is checked when the file is read, in the form the bucket marker holds: an id
+/// the store would refuse at open must not pass the configuration check.
+#[test]
+fn a_world_id_is_the_bucket_markers_form() {
+    let id = |value: &str| {
+        parse(&with_backend(&format!(
+            "kind = \"bucket\"\ndriver = \"memory\"\nworld_id = \"{value}\"\n"
+        )))
+    };
+    let good = "2f0c1d2e-aaaa-bbbb-cccc-0123456789ab";
+    let config = id(good).unwrap();
+    let BackendConfig::Bucket { world_id, .. } = &config.worlds[0].backend else {
+        panic!("a bucket world");
+    };
+    assert_eq!(world_id.map(|id| id.to_string()).as_deref(), Some(good));
+    for bad in [
+        "x",
+        "2f0c1d2e-aaaa",
+        "A.b_c-9",
+        "2F0C1D2E-AAAA-BBBB-CCCC-0123456789AB",
+        "2f0c1d2e-aaaa-bbbb-cccc-0123456789ag",
+        "2f0c1d2eaaaa-bbbb-cccc-0123456789ab0",
+    ] {
+        let error = id(bad).expect_err(bad).to_string();
+        assert!(error.contains("is not a world id"), "{bad}: {error}");
+        assert!(error.contains(&format!("{bad:?}")), "{bad}: {error}");
     }
-    for bad in ["", "a/b", "a:b", &"a".repeat(65)] {
-        assert!(WorldId::parse(bad).is_err(), "{bad}");
-    }
+}
+
+#[test]
+fn hedging_is_on_for_network_drivers_and_can_be_turned_off() {
+    let backend = |body: &str| parse(&with_backend(body)).map(|c| c.worlds[0].backend.clone());
+    let hedge = |body: &str| match backend(body).unwrap() {
+        BackendConfig::Bucket { hedge, .. } => hedge,
+        other => panic!("{other:?}"),
+    };
+    assert!(hedge(
+        "kind = \"bucket\"\ndriver = \"s3\"\nbucket = \"b\"\n"
+    ));
+    assert!(hedge(
+        "kind = \"bucket\"\ndriver = \"gcs\"\nbucket = \"b\"\n"
+    ));
+    assert!(!hedge(
+        "kind = \"bucket\"\ndriver = \"s3\"\nbucket = \"b\"\nhedge = false\n"
+    ));
+    assert!(!hedge("kind = \"bucket\"\ndriver = \"memory\"\n"));
+    let error = backend("kind = \"bucket\"\ndriver = \"file\"\nlocation = \"d\"\nhedge = true\n")
+        .expect_err("a local driver is not hedged")
+        .to_string();
+    assert!(error.contains("`hedge` does not apply"), "{error}");
 }
 
 #[test]

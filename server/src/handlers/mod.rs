@@ -34,7 +34,7 @@ use quire_backend::{Ctx, ErrorKind, ReadView, Store};
 use quire_log::Hash;
 
 use crate::auth::{Access, Authorizer, Denial};
-use crate::limits::{Admission, ClientKey, Limiter};
+use crate::limits::{Admission, ClientKey, LimitSettings, Limiter};
 use crate::mark::{Request, Response, Status, Verb};
 
 pub use list::MAX_EXAMINED;
@@ -85,6 +85,37 @@ pub struct World {
 }
 
 impl World {
+    /// A world named `name` over `store` admitting callers through `auth`, with the default
+    /// limits, writable, its tokens expiring by the system clock.
+    pub fn new(name: impl Into<String>, store: Arc<dyn Store>, auth: Authorizer) -> World {
+        World {
+            name: name.into(),
+            store,
+            auth,
+            limiter: Limiter::new(LimitSettings::default()),
+            read_only: false,
+            clock: Arc::new(quire_log::SystemClock),
+        }
+    }
+
+    /// The same world under `limits`.
+    pub fn with_limits(mut self, limits: LimitSettings) -> World {
+        self.limiter = Limiter::new(limits);
+        self
+    }
+
+    /// The same world, refusing writes when `read_only`.
+    pub fn with_read_only(mut self, read_only: bool) -> World {
+        self.read_only = read_only;
+        self
+    }
+
+    /// The same world with tokens expiring by `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn quire_log::Clock>) -> World {
+        self.clock = clock;
+        self
+    }
+
     /// Now, by the world's clock, as token expiry compares it.
     pub fn now(&self) -> SystemTime {
         SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(self.clock.now().seconds())

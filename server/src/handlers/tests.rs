@@ -22,14 +22,7 @@ async fn world(dir: &std::path::Path, tokens: Vec<Token>) -> World {
         let store = TokenStore::new(tokens).unwrap();
         Authorizer::new(Some(Arc::new(TokenRegistry::fixed(store))))
     };
-    World {
-        name: "test".into(),
-        store: Arc::new(store),
-        auth,
-        limiter: Limiter::new(LimitSettings::default()),
-        read_only: false,
-        clock: std::sync::Arc::new(quire_log::SystemClock),
-    }
+    World::new("test", Arc::new(store), auth)
 }
 
 fn writer() -> Token {
@@ -263,16 +256,10 @@ async fn body_lookup_falls_back_to_the_catalog_while_the_index_is_not_ready() {
         ..BucketOptions::default()
     };
     let store = BucketStore::open(blobs, options).await.unwrap();
-    let w = World {
-        name: "test".into(),
-        store: Arc::new(store),
-        auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(
-            TokenStore::new(vec![writer()]).unwrap(),
-        )))),
-        limiter: Limiter::new(LimitSettings::default()),
-        read_only: false,
-        clock: std::sync::Arc::new(quire_log::SystemClock),
-    };
+    let auth = Authorizer::new(Some(Arc::new(TokenRegistry::fixed(
+        TokenStore::new(vec![writer()]).unwrap(),
+    ))));
+    let w = World::new("test", Arc::new(store), auth);
     let put = handle(
         &w,
         req(Verb::Publish, "/docs/a.md")
@@ -319,11 +306,12 @@ async fn body_lookup_falls_back_to_the_catalog_while_the_index_is_not_ready() {
 #[tokio::test]
 async fn a_request_out_of_time_is_unavailable_with_a_retry_hint() {
     let dir = tempfile::tempdir().unwrap();
-    let mut w = world(dir.path(), vec![writer()]).await;
-    w.limiter = Limiter::new(LimitSettings {
-        request_timeout: std::time::Duration::from_nanos(1),
-        ..LimitSettings::default()
-    });
+    let w = world(dir.path(), vec![writer()])
+        .await
+        .with_limits(LimitSettings {
+            request_timeout: std::time::Duration::from_nanos(1),
+            ..LimitSettings::default()
+        });
     let answer = handle(&w, Request::new(Verb::Fetch, "/docs/a.md")).await;
     assert_eq!(answer.status, Status::Unavailable, "{answer:?}");
     assert_eq!(answer.metadata[RETRY_AFTER_KEY], "1");
@@ -344,11 +332,12 @@ async fn a_token_expires_by_the_worlds_clock() {
         vec![PathPattern::parse("/**").unwrap()],
         Some(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(expiry)),
     );
-    let mut w = world(dir.path(), vec![expiring]).await;
     let clock = Arc::new(quire_log::ManualClock::new(quire_log::Timestamp(
         expiry - 1,
     )));
-    w.clock = clock.clone();
+    let w = world(dir.path(), vec![expiring])
+        .await
+        .with_clock(clock.clone());
     let before = handle(&w, req(Verb::Publish, "/a.md").with_body("x")).await;
     assert_eq!(before.status, Status::Created, "{before:?}");
     clock.set(quire_log::Timestamp(expiry + 1));

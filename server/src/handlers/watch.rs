@@ -462,7 +462,7 @@ mod tests {
         Authorizer, Operation, PathPattern, Token, TokenHash, TokenRegistry, TokenStore,
     };
     use crate::handlers::handle;
-    use crate::limits::{LimitSettings, Limiter};
+    use crate::limits::LimitSettings;
     use crate::mark::Verb;
 
     const WRITER: &str = "quire_writer-secret";
@@ -495,14 +495,7 @@ mod tests {
         registry: Arc<TokenRegistry>,
         limits: LimitSettings,
     ) -> Arc<World> {
-        Arc::new(World {
-            name: "test".into(),
-            store,
-            auth: Authorizer::new(Some(registry)),
-            limiter: Limiter::new(limits),
-            read_only: false,
-            clock: std::sync::Arc::new(quire_log::SystemClock),
-        })
+        Arc::new(World::new("test", store, Authorizer::new(Some(registry))).with_limits(limits))
     }
 
     async fn file_world(dir: &std::path::Path, ring: usize, limits: LimitSettings) -> Arc<World> {

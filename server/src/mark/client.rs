@@ -52,9 +52,9 @@ quire_failure::names! {
 
 /// A client failure: `mark client <op> "<key>": <kind>: <detail>`; the key is the URL,
 /// server or path concerned.
-pub type Error = crate::failure::Failure<Op, ErrorKind>;
+pub type Error = quire_failure::Failure<Op, ErrorKind>;
 
-impl crate::failure::Subject for Op {
+impl quire_failure::Subject for Op {
     const SUBJECT: &'static str = "mark client";
 }
 

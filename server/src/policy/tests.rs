@@ -11,7 +11,6 @@ use quire_blob::memory::MemoryStore;
 use super::*;
 use crate::auth::{Authorizer, Operation, Token, TokenHash, TokenRegistry, TokenStore};
 use crate::handlers::{World, handle};
-use crate::limits::{LimitSettings, Limiter};
 use crate::mark::{Request, Response, Status, Verb};
 
 const SECRET: &str = "quire_policy-secret";
@@ -25,14 +24,11 @@ fn world(store: Arc<dyn Store>) -> World {
         None,
     );
     let tokens = TokenStore::new([token]).unwrap();
-    World {
-        name: "test".into(),
+    World::new(
+        "test",
         store,
-        auth: Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens)))),
-        limiter: Limiter::new(LimitSettings::default()),
-        read_only: false,
-        clock: std::sync::Arc::new(quire_log::SystemClock),
-    }
+        Authorizer::new(Some(Arc::new(TokenRegistry::fixed(tokens)))),
+    )
 }
 
 async fn file_store(dir: &Path) -> Arc<dyn Store> {

@@ -7,7 +7,7 @@ use diffy::{DiffOptions, Line};
 use super::render::escape;
 
 /// The diff of `old` to `new` as HTML; a note when they are the same.
-pub fn table(old: &str, new: &str) -> String {
+pub(crate) fn table(old: &str, new: &str) -> String {
     let patch = DiffOptions::new().set_context_len(3).create_patch(old, new);
     if patch.hunks().is_empty() {
         return "<p class=\"same\">The two versions have the same text.</p>\n".to_owned();

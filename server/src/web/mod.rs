@@ -21,9 +21,9 @@
 //! else (no inline script, no other origin), so nothing loads from the network at run time
 //! and a document can never run script.
 
-pub mod diff;
-pub mod render;
-pub mod sse;
+pub(crate) mod diff;
+pub(crate) mod render;
+pub(crate) mod sse;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -38,11 +38,11 @@ use crate::mark::{Request, Response, Status, Verb};
 use render::{escape, href};
 
 /// Where the page's script is served.
-pub const ASSET_SCRIPT: &str = "/.quire/web/app.js";
+pub(crate) const ASSET_SCRIPT: &str = "/.quire/web/app.js";
 /// Where the page's style sheet is served.
-pub const ASSET_STYLE: &str = "/.quire/web/app.css";
+pub(crate) const ASSET_STYLE: &str = "/.quire/web/app.css";
 /// What a page may load: its own script, style sheet, images and requests, nothing else.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; \
      base-uri 'none'; frame-ancestors 'none'";
 
@@ -55,7 +55,7 @@ const SEARCH_LIMIT: usize = 50;
 
 /// The gateway's hook: the answer for a browser (a page, an asset, the event stream), or
 /// `None` when the request is not a browser's and the gateway answers it as always.
-pub async fn respond(
+pub(crate) async fn respond(
     world: &Arc<World>,
     method: &Method,
     raw_path: &str,

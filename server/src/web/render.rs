@@ -23,12 +23,12 @@ const PATH: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 /// A world path as an `href` (percent-encoded, `/` kept).
-pub fn href(path: &str) -> String {
+pub(crate) fn href(path: &str) -> String {
     utf8_percent_encode(path, PATH).to_string()
 }
 
 /// Text for HTML (element content and quoted attribute values).
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -81,7 +81,7 @@ fn rewrite_target(base: &str, target: &str) -> String {
 }
 
 /// A document (or any markdown answer) as safe HTML; relative links resolve against `base`.
-pub fn markdown(text: &str, base: &str) -> String {
+pub(crate) fn markdown(text: &str, base: &str) -> String {
     let anchors: HashMap<usize, String> = outline::headings(text)
         .into_iter()
         .map(|heading| (heading.start, heading.anchor))
@@ -131,7 +131,7 @@ pub fn markdown(text: &str, base: &str) -> String {
 
 /// A LOOKUP answer's table as safe HTML: each Path cell (`path` or `path#anchor`) becomes a
 /// link, and the query's terms are marked in the other text cells.
-pub fn lookup_table(text: &str, query: &str) -> String {
+pub(crate) fn lookup_table(text: &str, query: &str) -> String {
     let terms: Vec<String> = query
         .split_whitespace()
         .map(str::to_lowercase)
@@ -190,7 +190,7 @@ pub fn lookup_table(text: &str, query: &str) -> String {
 }
 
 /// `text` escaped, each occurrence of a term (case-insensitive) wrapped in `<mark>`.
-pub fn highlight(text: &str, terms: &[String]) -> String {
+pub(crate) fn highlight(text: &str, terms: &[String]) -> String {
     let lower = text.to_lowercase();
     // Lower-casing may change byte lengths; then mark nothing rather than cut a character.
     if lower.len() != text.len() || terms.is_empty() {

@@ -27,13 +27,13 @@ use crate::handlers::{self, WatchContext, World};
 use crate::mark::{Request, Status, Verb, WatchBlock};
 
 /// The content type of the event stream.
-pub const EVENT_STREAM: &str = "text/event-stream";
+pub(crate) const EVENT_STREAM: &str = "text/event-stream";
 /// How long an EventSource waits before reconnecting, in milliseconds.
 const RETRY_MS: u32 = 1000;
 
 /// Opens the feed for `path` and streams it; a refusal is a plain response with the mapped
 /// status.
-pub async fn stream(
+pub(crate) async fn stream(
     world: Arc<World>,
     path: String,
     headers: &HeaderMap,
@@ -96,7 +96,7 @@ pub async fn stream(
 }
 
 /// One block as an SSE frame.
-pub fn frame(block: &WatchBlock, first: bool) -> String {
+pub(crate) fn frame(block: &WatchBlock, first: bool) -> String {
     let (id, event, data) = match block {
         WatchBlock::Event(event) => (
             Some(event.cursor.to_string()),

@@ -10,7 +10,7 @@ use quire_server::auth::{
     Authorizer, Operation, PathPattern, Token, TokenHash, TokenRegistry, TokenStore,
 };
 use quire_server::handlers::World;
-use quire_server::limits::{LimitSettings, Limiter};
+use quire_server::limits::LimitSettings;
 
 /// The secret of the test token that may publish.
 pub(crate) const WRITER: &str = "quire_writer-secret";
@@ -62,12 +62,5 @@ pub(crate) async fn file_world(
         ..options
     };
     let store = FileStore::open(dir, options).await.unwrap();
-    World {
-        name: name.into(),
-        store: Arc::new(store),
-        auth,
-        limiter: Limiter::new(limits),
-        read_only: false,
-        clock: std::sync::Arc::new(quire_log::SystemClock),
-    }
+    World::new(name, Arc::new(store), auth).with_limits(limits)
 }

@@ -63,7 +63,7 @@ pub(crate) async fn start(dir: &Path) -> Result<Server> {
 }
 
 /// A store on the emulator's test bucket.
-pub(crate) fn store(endpoint: &str) -> Result<GcsStore> {
+fn store(endpoint: &str) -> Result<GcsStore> {
     let config = GcsConfig::new(BUCKET, GcsAuth::StaticToken(TOKEN.into())).with_endpoint(endpoint);
     Ok(GcsStore::new(config)?)
 }
@@ -94,9 +94,7 @@ fn server_binary(venv_bin: &Path) -> Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use quire_conformance::{Capabilities, fresh_root, run_blob_suite};
+    use quire_conformance::{driver_target, fresh_root, run_blob_suite};
 
     use super::*;
 
@@ -107,17 +105,20 @@ mod tests {
     async fn fake_gcs_serves_the_blob_suite() {
         let scratch = tempfile::tempdir().unwrap();
         let mut server = start(scratch.path()).await.unwrap();
-        let endpoint = server
-            .env
-            .iter()
-            .find(|(name, _)| name == "QUIRE_TEST_GCS_ENDPOINT")
-            .map(|(_, value)| value.clone())
-            .unwrap();
-        assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint}");
+        let lookup = |name: &str| {
+            server
+                .env
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        };
+        let target = driver_target("gcs", scratch.path(), &lookup)
+            .unwrap()
+            .expect("the emulator names its endpoint");
         let report = run_blob_suite(
-            Arc::new(store(&endpoint).unwrap()),
+            target.open().await.unwrap(),
             &fresh_root("gcs"),
-            Capabilities::fake_gcs(),
+            target.capabilities,
         )
         .await;
         report.assert_passed();

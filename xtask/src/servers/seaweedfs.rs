@@ -120,7 +120,7 @@ async fn create_bucket(endpoint: &str) -> Result<()> {
 }
 
 /// A store on the server's test bucket, with the test credentials.
-pub(crate) fn store(endpoint: &str) -> Result<S3Store> {
+fn store(endpoint: &str) -> Result<S3Store> {
     let config = S3Config {
         endpoint: Some(endpoint.to_owned()),
         region: Some(REGION.to_owned()),
