@@ -78,6 +78,7 @@ tokens_file = "tokens.toml"
             child: None,
             base: String::new(),
             _stdout: None,
+            log: log.clone(),
         };
         let stdout = child.stdout.take().unwrap();
         guard.child = Some(child);
@@ -107,6 +108,8 @@ struct Server {
     base: String,
     /// Kept open so the server never writes to a closed pipe.
     _stdout: Option<BufReader<ChildStdout>>,
+    /// What the server wrote to stderr, shown when a test fails.
+    log: PathBuf,
 }
 
 impl Server {
@@ -126,6 +129,10 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("--- {} ---\n{log}", self.log.display());
+        }
     }
 }
 

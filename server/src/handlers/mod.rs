@@ -321,6 +321,16 @@ fn backend_error(error: &quire_backend::Error, path: &str) -> Response {
             return Response::error(Status::Unavailable, "the request timed out")
                 .with_meta(RETRY_AFTER_KEY, "1");
         }
+        ErrorKind::OutcomeUnknown => {
+            tracing::warn!(%error, "write outcome unknown");
+            (
+                Status::ServerError,
+                format!(
+                    "the request timed out while the write to {path} was being committed: it \
+                     may or may not have landed; read {path} before writing it again"
+                ),
+            )
+        }
         _ => {
             tracing::warn!(%error, "request failed");
             (Status::ServerError, "internal error".into())

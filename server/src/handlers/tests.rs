@@ -344,3 +344,32 @@ async fn a_token_expires_by_the_worlds_clock() {
     let after = handle(&w, req(Verb::Publish, "/b.md").with_body("x")).await;
     assert_eq!(after.status, Status::Unauthorized, "{after:?}");
 }
+
+/// A write whose commit outlived the request is answered as what it is, not as an internal
+/// error: the caller learns it must read the document back before writing again.
+#[test]
+fn a_write_of_unknown_outcome_says_so() {
+    let error = quire_backend::Error::new(
+        quire_backend::Op::Publish,
+        "/a.md",
+        quire_backend::ErrorKind::OutcomeUnknown,
+        "deadline passed during the commit",
+    );
+    let answer = super::backend_error(&error, "/a.md");
+    assert_eq!(answer.status, Status::ServerError);
+    let text = String::from_utf8_lossy(&answer.body).into_owned();
+    assert!(text.contains("may or may not have landed"), "{text}");
+    assert!(text.contains("read /a.md"), "{text}");
+    let storage = quire_backend::Error::new(
+        quire_backend::Op::Publish,
+        "/a.md",
+        quire_backend::ErrorKind::Storage,
+        "disk on fire",
+    );
+    let hidden =
+        String::from_utf8_lossy(&super::backend_error(&storage, "/a.md").body).into_owned();
+    assert!(
+        hidden.contains("internal error") && !hidden.contains("disk"),
+        "{hidden}"
+    );
+}
