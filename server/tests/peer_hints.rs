@@ -8,10 +8,9 @@
     reason = "real processes over real sockets: real time"
 )]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +29,10 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+mod common;
+
+use common::process::Server;
 
 const WORLD: &str = "5d2b9c1e-7a3f-4b6d-8e0c-1f9a2b3c4d5e";
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -397,22 +400,6 @@ async fn a_down_peer_costs_failed_sends_and_hears_the_newest_when_it_is_back() {
 // ---------------------------------------------------------------------------------------
 // Two real processes.
 
-const READY_PREFIX: &str = "serving HTTP on ";
-
-/// A running `quire serve`, SIGKILLed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-    _stdout: Option<BufReader<ChildStdout>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -451,39 +438,7 @@ tokens_file = "tokens.toml"
         ),
     )
     .unwrap();
-    let log = dir.join(format!("{name}.log"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quire"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap());
-    // Killed when dropped, even if the test fails below.
-    let mut server = Server {
-        child,
-        base: String::new(),
-        _stdout: None,
-    };
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let read = lines.read_line(&mut line).unwrap();
-        assert!(
-            read > 0,
-            "{name} exited before it served: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        if let Some(base) = line.trim_end().strip_prefix(READY_PREFIX) {
-            server.base = base.to_owned();
-            server._stdout = Some(lines);
-            return server;
-        }
-    }
+    Server::start(dir, &config, name)
 }
 
 // The count of one hint outcome in a server's /metrics.

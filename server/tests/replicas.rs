@@ -12,9 +12,8 @@
 )]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -22,7 +21,9 @@ use quire_backend::{ChangeSource, Follower, Store};
 use quire_server::auth::{Operation, TokenEntrySpec, TokenSecret};
 use reqwest::StatusCode;
 
-const READY_PREFIX: &str = "serving HTTP on ";
+mod common;
+
+use common::process::{Server, Starting};
 
 /// Where the world's bucket is.
 #[derive(Clone, Debug)]
@@ -115,28 +116,7 @@ impl Setup {
 
     /// Starts a process; [`Starting::ready`] waits for it to serve.
     fn spawn(&self, name: &str) -> Starting {
-        let log = self.dir.path().join(format!("{name}.log"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_quire"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        Starting {
-            server: Server {
-                child: Some(child),
-                base: String::new(),
-                _stdout: None,
-            },
-            stdout,
-            log,
-            name: name.to_owned(),
-        }
+        Server::spawn(self.dir.path(), &self.config, name)
     }
 
     fn start(&self, name: &str) -> Server {
@@ -157,70 +137,6 @@ impl Setup {
             String::from_utf8_lossy(&output.stderr)
         );
         (output.status.success(), text)
-    }
-}
-
-/// A process started but not yet known to serve.
-struct Starting {
-    server: Server,
-    stdout: ChildStdout,
-    log: PathBuf,
-    name: String,
-}
-
-impl Starting {
-    /// Waits for the line naming its HTTP address; panics with its log if it exits first.
-    fn ready(self) -> Server {
-        let Starting {
-            mut server,
-            stdout,
-            log,
-            name,
-        } = self;
-        let mut lines = BufReader::new(stdout);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = lines.read_line(&mut line).unwrap();
-            assert!(
-                read > 0,
-                "{name} exited before it served: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            if let Some(base) = line.trim_end().strip_prefix(READY_PREFIX) {
-                server.base = base.to_owned();
-                break;
-            }
-        }
-        server._stdout = Some(lines);
-        server
-    }
-}
-
-/// A running process, SIGKILLed when dropped (a failing test leaves none behind).
-struct Server {
-    child: Option<Child>,
-    base: String,
-    /// Kept open so the process never writes to a closed pipe.
-    _stdout: Option<BufReader<ChildStdout>>,
-}
-
-impl Server {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

@@ -3,16 +3,17 @@
 //! one is seen by an exact read on the other at once; writes on both converge; a server
 //! killed with SIGKILL in the middle of a stream of writes loses none it acknowledged.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdout, Command, Stdio};
 
 use quire_server::auth::{Operation, TokenEntrySpec, TokenSecret};
 use reqwest::StatusCode;
 use tokio::sync::mpsc;
 
+mod common;
+
+use common::process::Server;
+
 const WORLD_ID: &str = "5d2b9c1e-7a3f-4b6d-8e0c-1f9a2b3c4d5e";
-const READY_PREFIX: &str = "serving HTTP on ";
 
 /// The shared setup: one bucket directory, a tokens file and a configuration both servers use.
 struct Setup {
@@ -64,75 +65,7 @@ tokens_file = "tokens.toml"
 
     /// Starts a server and waits for the line naming its HTTP address.
     fn start(&self, name: &str) -> Server {
-        let log = self.dir.path().join(format!("{name}.log"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_quire"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut guard = Server {
-            child: None,
-            base: String::new(),
-            _stdout: None,
-            log: log.clone(),
-        };
-        let stdout = child.stdout.take().unwrap();
-        guard.child = Some(child);
-        let mut lines = BufReader::new(stdout);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = lines.read_line(&mut line).unwrap();
-            assert!(
-                read > 0,
-                "{name} exited before it served: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            if let Some(base) = line.trim_end().strip_prefix(READY_PREFIX) {
-                guard.base = base.to_owned();
-                break;
-            }
-        }
-        guard._stdout = Some(lines);
-        guard
-    }
-}
-
-/// A running server process, killed when dropped (a test that fails leaves none behind).
-struct Server {
-    child: Option<Child>,
-    base: String,
-    /// Kept open so the server never writes to a closed pipe.
-    _stdout: Option<BufReader<ChildStdout>>,
-    /// What the server wrote to stderr, shown when a test fails.
-    log: PathBuf,
-}
-
-impl Server {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// SIGKILL, and wait for the process to be gone.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            eprintln!("--- {} ---\n{log}", self.log.display());
-        }
+        Server::start(self.dir.path(), &self.config, name)
     }
 }
 

@@ -1,6 +1,9 @@
-//! What the server's integration tests build again and again: tokens granted in code and a
-//! world on a file store. Each test file uses the parts it needs.
+//! What the server's integration tests build again and again: tokens granted in code, a
+//! world on a file store, and real server processes ([`process`]). Each test file uses the
+//! parts it needs.
 #![allow(dead_code)]
+
+pub(crate) mod process;
 
 use std::path::Path;
 use std::sync::Arc;
