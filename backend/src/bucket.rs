@@ -64,7 +64,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use quire_blob::{BlobStore, Metered};
+use quire_blob::{BlobStore, HedgePolicy, Hedged, Metered};
 use quire_checkpoint::format::DEFAULT_WIDTHS;
 use quire_checkpoint::genesis::{Joined, join_or_create_world};
 use quire_checkpoint::{CompactionPolicy, Compactor, OpenOptions, Replica, Step};
@@ -128,6 +128,10 @@ pub struct BucketOptions {
     pub policy_path: Option<DocPath>,
     /// Body search: how long it waits for an index version, when an idle index goes.
     pub search: SearchOptions,
+    /// Hedge slow gets and creates (`quire_blob::Hedged`), as the server does on the network
+    /// drivers; `None` sends every request once. Hedges are counted in [`StoreStats`] and,
+    /// being requests, in the blob meter.
+    pub hedge: Option<HedgePolicy>,
 }
 
 impl Default for BucketOptions {
@@ -147,6 +151,7 @@ impl Default for BucketOptions {
             elapsed: Arc::new(TokioElapsed::default()),
             policy_path: None,
             search: SearchOptions::default(),
+            hedge: None,
         }
     }
 }
@@ -387,6 +392,7 @@ struct Inner {
     feed: CancellationToken,
     /// Counts every blob request the store makes.
     meter: Metered,
+    hedged: Option<Arc<Hedged>>,
 }
 
 impl Drop for Inner {
@@ -461,7 +467,16 @@ impl BucketStore {
     /// the world first; a read-only open of one is not found.
     pub async fn open(blobs: Arc<dyn BlobStore>, options: BucketOptions) -> Result<BucketStore> {
         let meter = Metered::new(blobs);
-        let blobs: Arc<dyn BlobStore> = Arc::new(meter.clone());
+        let metered: Arc<dyn BlobStore> = Arc::new(meter.clone());
+        // Above the meter, so a hedge counts as the request it is.
+        let hedged = options
+            .hedge
+            .clone()
+            .map(|policy| Arc::new(Hedged::with_policy(metered.clone(), policy)));
+        let blobs: Arc<dyn BlobStore> = match &hedged {
+            Some(hedged) => hedged.clone(),
+            None => metered,
+        };
         let prefix = options.prefix.clone();
         if !options.read_only {
             join_world(
@@ -553,6 +568,7 @@ impl BucketStore {
                 closed: AtomicBool::new(false),
                 compaction,
                 meter,
+                hedged,
             }),
         })
     }
@@ -964,6 +980,7 @@ impl Store for BucketStore {
         StoreStats {
             commits,
             blobs: Some(self.inner.meter.reading()),
+            hedges: self.inner.hedged.as_ref().map(|hedged| hedged.counts()),
         }
     }
 }

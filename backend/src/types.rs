@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use quire_blob::MeterReading;
+use quire_blob::{HedgeCounts, MeterReading};
 use quire_log::metadata::Metadata;
 use quire_log::version::StoredVersion;
 use quire_log::{DocPath, DocSummary, Hash, Timestamp};
@@ -198,6 +198,8 @@ pub struct StoreStats {
     pub commits: Option<CommitCounters>,
     /// Requests, failures and bytes per blob operation.
     pub blobs: Option<MeterReading>,
+    /// Hedges sent and won, when the store hedges.
+    pub hedges: Option<HedgeCounts>,
 }
 
 /// The group committer's work.

@@ -19,6 +19,8 @@
 //! | `quire_blob_requests_total` | blob requests | `world`, `op` |
 //! | `quire_blob_request_failures_total` | failed blob requests | `world`, `op` |
 //! | `quire_blob_bytes_total` | blob bytes sent (`up`) and received (`down`) | `world`, `direction` |
+//! | `quire_blob_hedges_sent_total` | second attempts sent for slow gets and creates | `world` |
+//! | `quire_blob_hedges_won_total` | second attempts that answered first | `world` |
 
 use std::fmt;
 use std::sync::Arc;
@@ -318,6 +320,24 @@ impl Collector for StoreCollector {
             "quire_blob_bytes",
             "Blob bytes sent (up) and received (down), by world",
             &bytes,
+        )?;
+        let hedges = |value: fn(&quire_blob::HedgeCounts) -> u64| -> Vec<(WorldLabels, u64)> {
+            stats
+                .iter()
+                .filter_map(|(name, s)| s.hedges.as_ref().map(|h| (world(name), value(h))))
+                .collect()
+        };
+        counters(
+            &mut encoder,
+            "quire_blob_hedges_sent",
+            "Second attempts sent for slow blob gets and creates, by world",
+            &hedges(|h| h.sent),
+        )?;
+        counters(
+            &mut encoder,
+            "quire_blob_hedges_won",
+            "Second attempts that answered before the first, by world",
+            &hedges(|h| h.won),
         )
     }
 }

@@ -11,7 +11,7 @@ use quire_backend::bucket::{BucketOptions, BucketStore};
 use quire_backend::changes::DEFAULT_RING;
 use quire_backend::file::{FileOptions, FileStore};
 use quire_backend::{Follower, SearchOptions, Store};
-use quire_blob::{BlobStore, Hedged, Simulated};
+use quire_blob::{BlobStore, HedgePolicy, Simulated};
 
 use crate::config::{BackendConfig, SimulatedLatency, WorldConfig};
 use crate::peers::Peers;
@@ -74,13 +74,7 @@ async fn open_world(
                     None => blobs,
                     Some(profile) => simulated(blobs, *profile),
                 };
-                // Outside the simulated latency, so a benchmark's slow requests are hedged as
-                // a remote bucket's would be.
-                let blobs: Arc<dyn BlobStore> = if *hedge {
-                    Arc::new(Hedged::new(blobs))
-                } else {
-                    blobs
-                };
+
                 // The world id is known once the store opened; nothing commits before.
                 let world_id: Arc<OnceLock<String>> = Arc::default();
                 let on_committed = peers.map(|peers| {
@@ -102,6 +96,9 @@ async fn open_world(
                     policy_path: world.policy.enforce.then(crate::policy::policy_path),
                     change_ring: DEFAULT_RING,
                     search: search_options(world),
+                    // Above the simulated latency, so a benchmark's slow requests are hedged
+                    // as a remote bucket's would be.
+                    hedge: hedge.then(HedgePolicy::default),
                     ..BucketOptions::default()
                 };
                 let store = Arc::new(
