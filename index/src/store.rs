@@ -13,8 +13,12 @@
 //!   rows and snippets). Tokens follow [`crate::tokens`]; they hold no whitespace, so they
 //!   are handed to tantivy joined by spaces under its whitespace tokenizer.
 //! - **Queries** keep only the best rows while reading postings (the cap and a margin, every
-//!   tie included): only those are named, checked against the catalog and read from the
-//!   store.
+//!   tie included): only those are named (in ordinal order, a batch at a time), checked
+//!   against the catalog and read from the store. Postings are read in two passes: first the
+//!   sections some term meets in a trail or an entry (boosted, so they score highest), then
+//!   the sections only text meets — skipped when the kept rows all beat the best such a
+//!   section could score, and any section is skipped before its columns are read when its
+//!   best possible score misses the kept rows.
 //! - **Commits** carry the sequence of the snapshot the index covers as their payload.
 //! - **Statistics** are tantivy's: a superseded or deleted section still counts in N, the mean
 //!   length and df until a merge drops it (as in any segment index); the match rule never
