@@ -466,6 +466,7 @@ async fn download(
 ) -> std::result::Result<Option<(Stored, IndexVersion)>, StoreError> {
     let dir = fresh_dir(options)?;
     let import = Import::new(dir.as_ref().map(|d| d.path()))?;
+    let started = Instant::now();
     let store = match shelf.take(import).await {
         Ok(Some((_, store))) => Arc::new(store),
         Ok(None) => return Ok(None),
@@ -474,9 +475,11 @@ async fn download(
             return Ok(None);
         }
     };
+    let taken = started.elapsed();
     let base = store.base()?;
     let reading = base.clone();
     let keys = blocking(move || reading.keys()).await?;
+    let keyed = started.elapsed();
     let mut changed: Vec<DocPath> = Vec::new();
     let mut copied = keys.iter().peekable();
     for doc in state.docs().filter(|d| !d.archived) {
@@ -489,8 +492,18 @@ async fn download(
         }
     }
     changed.extend(copied.filter_map(|(p, _)| DocPath::parse(p).ok()));
+    let compared = started.elapsed();
+    let differing = changed.len();
     let mut version = IndexVersion::new(Some(base));
     sync(source, options.readers, &mut version, state, changed).await;
+    tracing::info!(
+        take_ms = taken.as_millis() as u64,
+        keys_ms = (keyed - taken).as_millis() as u64,
+        compare_ms = (compared - keyed).as_millis() as u64,
+        sync_ms = (started.elapsed() - compared).as_millis() as u64,
+        differing,
+        "section index copy downloaded"
+    );
     Ok(Some((
         Stored {
             store,

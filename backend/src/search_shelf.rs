@@ -193,6 +193,7 @@ impl IndexShelf for BucketShelf {
     }
 
     async fn take(&self, into: Import) -> Result<Option<(u64, SectionStore)>> {
+        let started = tokio::time::Instant::now();
         let Some((_, newest)) = self.manifests().await?.pop() else {
             return Ok(None);
         };
@@ -251,11 +252,18 @@ impl IndexShelf for BucketShelf {
         if let Some((f, out, size)) = open.take() {
             finish(f, out, size)?;
         }
+        let fetched = started.elapsed();
         let meta = manifest.meta;
         let store = tokio::task::spawn_blocking(move || into.open(&meta))
             .await
             .map_err(failed)?
             .map_err(|e| damaged(&newest.key, e))?;
+        tracing::info!(
+            fetch_ms = fetched.as_millis() as u64,
+            open_ms = (started.elapsed() - fetched).as_millis() as u64,
+            files = manifest.files.len(),
+            "section index copy taken"
+        );
         Ok(Some((manifest.sequence, store)))
     }
 

@@ -53,7 +53,7 @@ pub const JOURNAL_DEMOTION: f64 = 0.5;
 /// The most bytes of a snippet (before the `...` that marks a cut).
 pub const SNIPPET_BYTES: usize = 240;
 /// Term frequencies are capped here.
-const MAX_TF: u32 = 255;
+pub(crate) const MAX_TF: u32 = 255;
 
 /// What a body row adds to its catalog fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -792,24 +792,29 @@ fn highlight(line: &str, terms: &[Term]) -> Vec<(usize, usize)> {
     merged
 }
 
-/// The snippet of `text` for `terms` and its highlights.
+/// The snippet of `text` for `terms` and its highlights: its first line meeting the most
+/// terms (built only for the rows returned; the scan stops at a line meeting all of them).
 pub(crate) fn snippet(text: &str, terms: &[Term]) -> (String, Vec<(usize, usize)>) {
     let mut best: Option<(&str, usize)> = None;
+    let mut met = vec![false; terms.len()];
     for line in text.lines() {
-        let mut tokens_of_line: HashSet<String> = HashSet::new();
+        met.fill(false);
         tokens::for_each_token(line, |t| {
-            tokens_of_line.insert(t.to_owned());
+            for (i, term) in terms.iter().enumerate() {
+                met[i] |= term.matches_token(t);
+            }
         });
-        let met = terms
-            .iter()
-            .filter(|term| match term {
-                Term::Word(w) => tokens_of_line.contains(w),
-                Term::Prefix(p) => tokens_of_line.iter().any(|t| t.starts_with(p.as_str())),
-                Term::Phrase(words) => phrase_in(line, words) > 0,
-            })
-            .count();
-        if best.is_none_or(|(_, n)| met > n) {
-            best = Some((line, met));
+        for (i, term) in terms.iter().enumerate() {
+            if let Term::Phrase(words) = term {
+                met[i] = phrase_in(line, words) > 0;
+            }
+        }
+        let count = met.iter().filter(|m| **m).count();
+        if best.is_none_or(|(_, n)| count > n) {
+            best = Some((line, count));
+        }
+        if count == terms.len() {
+            break;
         }
     }
     let line = best.map_or("", |(l, _)| l);

@@ -13,8 +13,12 @@
 //!   rows and snippets). Tokens follow [`crate::tokens`]; they hold no whitespace, so they
 //!   are handed to tantivy joined by spaces under its whitespace tokenizer.
 //! - **Queries** keep only the best rows while reading postings (the cap and a margin, every
-//!   tie included): only those are named, checked against the catalog and read from the
-//!   store.
+//!   tie included): only those are named (in ordinal order, a batch at a time), checked
+//!   against the catalog and read from the store. Postings are read in two passes: first the
+//!   sections some term meets in a trail or an entry (boosted, so they score highest), then
+//!   the sections only text meets — skipped when the kept rows all beat the best such a
+//!   section could score, and any section is skipped before its columns are read when its
+//!   best possible score misses the kept rows.
 //! - **Commits** carry the sequence of the snapshot the index covers as their payload.
 //! - **Statistics** are tantivy's: a superseded or deleted section still counts in N, the mean
 //!   length and df until a merge drops it (as in any segment index); the match rule never
@@ -34,7 +38,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use quire_log::{DocPath, Hash};
 use std::io::Write;
-use tantivy::columnar::StrColumn;
+use tantivy::columnar::{Column, StrColumn};
 
 use tantivy::directory::{Directory, MmapDirectory, RamDirectory, TerminatingWrite};
 use tantivy::postings::{Postings, SegmentPostings};
@@ -377,8 +381,15 @@ impl SectionStore {
                 .parse()
                 .map_err(|_| StoreError(format!("the commit payload {payload:?} is no sequence")))?
         };
+        let searcher = self.reader.searcher();
+        let columns = searcher
+            .segment_readers()
+            .iter()
+            .map(Columns::of)
+            .collect::<StoreResult<Vec<_>>>()?;
         Ok(Base {
-            searcher: Arc::new(self.reader.searcher()),
+            searcher: Arc::new(searcher),
+            columns: Arc::new(columns),
             fields: self.fields,
             sequence,
             totals: Arc::default(),
@@ -501,6 +512,9 @@ impl Import {
 #[derive(Clone)]
 pub struct Base {
     searcher: Arc<tantivy::Searcher>,
+    /// Per segment, its columns, opened once per commit (opening one reads its block
+    /// headers, which cost as much as a small query).
+    columns: Arc<Vec<Columns>>,
     fields: Fields,
     sequence: u64,
     /// Sections counted by the statistics and their summed length, read once.
@@ -513,6 +527,30 @@ impl fmt::Debug for Base {
             .field("sequence", &self.sequence)
             .field("sections", &self.searcher.num_docs())
             .finish()
+    }
+}
+
+/// The columns of one segment a query reads.
+struct Columns {
+    paths: StrColumn,
+    anchors: StrColumn,
+    lens: Column<u64>,
+    priors: Column<f64>,
+    numbers: Column<u64>,
+    keys: Column<u64>,
+}
+
+impl Columns {
+    fn of(s: &SegmentReader) -> StoreResult<Columns> {
+        let fast = s.fast_fields();
+        Ok(Columns {
+            paths: path_column(s)?,
+            anchors: anchor_column(s)?,
+            lens: fast.u64("len")?,
+            priors: fast.f64("prior")?,
+            numbers: fast.u64("number")?,
+            keys: fast.u64("key")?,
+        })
     }
 }
 
@@ -583,6 +621,34 @@ impl Ord for Candidate {
     }
 }
 
+/// The two passes over a commit's postings: first the sections some term meets in a trail
+/// or an entry (the boosted ones, which score highest), then the rest, which only text meets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    Boosted,
+    TextOnly,
+}
+
+/// The highest prior (importance 1, no journal demotion).
+const MAX_PRIOR: f64 = 1.0;
+
+/// Whether a score of at most `bound` surely ranks below `threshold` (with a margin for
+/// rounding, so a tie is never left out).
+fn below(bound: f64, threshold: f64) -> bool {
+    bound * (1.0 + 1e-9) < threshold
+}
+
+/// The most a section met by every term in its text only can score: each term at the
+/// capped frequency in the shortest section, at the highest prior.
+fn text_only_bound(stats: &Ranking) -> f64 {
+    stats
+        .idf
+        .iter()
+        .map(|idf| term_score(*idf, body::MAX_TF, false, false, 0, stats.average))
+        .sum::<f64>()
+        * MAX_PRIOR
+}
+
 /// Rows past the cap kept while reading postings, for rows the catalog or a skip refuses.
 const KEEP_MARGIN: usize = 64;
 
@@ -632,6 +698,14 @@ impl Top {
                 }
             }
         }
+    }
+
+    /// The worst kept score once `keep` are kept: a candidate scoring less is left out.
+    fn threshold(&self) -> Option<f64> {
+        if self.heap.len() < self.keep {
+            return None;
+        }
+        self.heap.peek().map(|w| w.0.score)
     }
 
     /// Everything kept, best first.
@@ -695,11 +769,11 @@ impl Base {
         *self.totals.get_or_init(|| {
             let mut sections = 0;
             let mut len = 0;
-            for s in self.segments() {
+            for (s, columns) in self.segments().iter().zip(self.columns.iter()) {
                 sections += u64::from(s.max_doc());
-                if let Ok(lens) = s.fast_fields().u64("len") {
-                    len += (0..s.max_doc()).filter_map(|d| lens.first(d)).sum::<u64>();
-                }
+                len += (0..s.max_doc())
+                    .filter_map(|d| columns.lens.first(d))
+                    .sum::<u64>();
             }
             (sections, len)
         })
@@ -743,16 +817,14 @@ impl Base {
     /// The digest of the entry key `path` is indexed under, if it is.
     pub fn key(&self, path: &DocPath) -> Option<u64> {
         let term = TantivyTerm::from_field_text(self.fields.path, path.as_str());
-        for s in self.segments() {
+        for (s, columns) in self.segments().iter().zip(self.columns.iter()) {
             let Ok(inv) = s.inverted_index(self.fields.path) else {
                 continue;
             };
             let Ok(Some(mut postings)) = inv.read_postings(&term, IndexRecordOption::Basic) else {
                 continue;
             };
-            let Ok(keys) = s.fast_fields().u64("key") else {
-                continue;
-            };
+            let keys = &columns.keys;
             let mut doc = postings.doc();
             while doc != TERMINATED {
                 if !s.is_deleted(doc) {
@@ -767,23 +839,21 @@ impl Base {
     /// Every indexed path with its key digest, in path order.
     pub fn keys(&self) -> StoreResult<Vec<(String, u64)>> {
         let mut out = Vec::new();
-        for s in self.segments() {
-            let paths = path_column(s)?;
-            let keys = s.fast_fields().u64("key")?;
-            let numbers = s.fast_fields().u64("number")?;
-            let mut name = String::new();
+        for (s, columns) in self.segments().iter().zip(self.columns.iter()) {
+            let (paths, keys, numbers) = (&columns.paths, &columns.keys, &columns.numbers);
+            let mut digests = Vec::new();
+            let mut wanted: Vec<(u64, usize)> = Vec::new();
             for doc in s.doc_ids_alive() {
                 if numbers.first(doc) != Some(0) {
                     continue;
                 }
-                let Some(ord) = paths.ords().first(doc) else {
-                    continue;
-                };
-                name.clear();
-                if paths.ord_to_str(ord, &mut name)? {
-                    out.push((name.clone(), keys.first(doc).unwrap_or(0)));
+                if let Some(ord) = paths.ords().first(doc) {
+                    wanted.push((ord, digests.len()));
+                    digests.push(keys.first(doc).unwrap_or(0));
                 }
             }
+            // Named in ordinal order: one pass over the path dictionary.
+            in_order(paths, &mut wanted, |i, name| out.push((name, digests[i])))?;
         }
         out.sort();
         Ok(out)
@@ -861,16 +931,29 @@ impl Base {
         let mut keep = want.saturating_add(KEEP_MARGIN);
         loop {
             let mut top = Top::new(keep);
-            for (number, s) in self.segments().iter().enumerate() {
-                self.segment_candidates(
-                    number as u32,
-                    s,
-                    terms,
-                    expansions,
-                    stats,
-                    scope,
-                    &mut top,
-                )?;
+            for pass in [Pass::Boosted, Pass::TextOnly] {
+                // A section met only in text scores at most this: once the kept rows all
+                // beat it, no text-only section can be among them.
+                if pass == Pass::TextOnly
+                    && top
+                        .threshold()
+                        .is_some_and(|t| below(text_only_bound(stats), t))
+                {
+                    top.dropped = true;
+                    break;
+                }
+                for (number, s) in self.segments().iter().enumerate() {
+                    self.segment_candidates(
+                        number as u32,
+                        s,
+                        terms,
+                        expansions,
+                        stats,
+                        scope,
+                        pass,
+                        &mut top,
+                    )?;
+                }
             }
             let dropped = top.dropped;
             let candidates = top.into_best_first();
@@ -884,6 +967,10 @@ impl Base {
 
     /// Names and checks `candidates` (best first) until `want` rows are accepted and no
     /// candidate left could tie with the last; tells whether that many were.
+    ///
+    /// Candidates are named a chunk at a time (the first as big as `want` and the margin,
+    /// then doubling), each chunk's paths and anchors read from their columns in ordinal
+    /// order: one pass over each dictionary block instead of a block decoded per row.
     fn resolve(
         &self,
         candidates: Vec<Candidate>,
@@ -897,67 +984,85 @@ impl Base {
         // The `want` best final scores so far (a min-heap).
         let mut best: BinaryHeap<std::cmp::Reverse<OrdF64>> = BinaryHeap::new();
         let mut catalog_rows: HashSet<DocPath> = HashSet::new();
-        let mut columns: Vec<Option<(StrColumn, StrColumn)>> = vec![None; self.segments().len()];
-        let mut name = String::new();
-        for c in candidates {
-            if best.len() >= want && best.peek().is_some_and(|m| c.score < m.0.0) {
-                return Ok((rows, true));
-            }
-            let s = &self.segments()[c.segment as usize];
-            let slot = &mut columns[c.segment as usize];
-            if slot.is_none() {
-                *slot = Some((path_column(s)?, anchor_column(s)?));
-            }
-            let (paths, anchors) = slot.as_ref().expect("just set");
-            let Some(ord) = paths.ords().first(c.doc) else {
-                continue;
-            };
-            name.clear();
-            if !paths.ord_to_str(ord, &mut name)? {
-                continue;
-            }
-            let Ok(path) = DocPath::parse(&name) else {
-                continue;
-            };
-            if skip(&path) {
-                continue;
-            }
-            let Some(entry) = catalog.admitted(scope, &query.filters, &path) else {
-                continue;
-            };
-            if c.catalog && !catalog_rows.insert(path.clone()) {
-                continue;
-            }
-            let anchor = if c.catalog {
-                String::new()
-            } else {
-                let mut a = String::new();
-                if let Some(ord) = anchors.ords().first(c.doc) {
-                    anchors.ord_to_str(ord, &mut a)?;
+        let mut start = 0;
+        let mut chunk = want.saturating_add(KEEP_MARGIN);
+        while start < candidates.len() {
+            let end = start.saturating_add(chunk).min(candidates.len());
+            let batch = &candidates[start..end];
+            let names = self.names(batch)?;
+            for (c, name) in batch.iter().zip(names) {
+                if best.len() >= want && best.peek().is_some_and(|m| c.score < m.0.0) {
+                    return Ok((rows, true));
                 }
-                a
-            };
-            // The catalog's prior; the stored one is the same while the entry key is
-            // current, which the version guarantees.
-            let score = c.raw * prior(&entry.importance, &path);
-            best.push(std::cmp::Reverse(OrdF64(score)));
-            if best.len() > want {
-                best.pop();
+                let Some((path, anchor)) = name else {
+                    continue;
+                };
+                if skip(&path) {
+                    continue;
+                }
+                let Some(entry) = catalog.admitted(scope, &query.filters, &path) else {
+                    continue;
+                };
+                if c.catalog && !catalog_rows.insert(path.clone()) {
+                    continue;
+                }
+                // The catalog's prior; the stored one is the same while the entry key is
+                // current, which the version guarantees.
+                let score = c.raw * prior(&entry.importance, &path);
+                best.push(std::cmp::Reverse(OrdF64(score)));
+                if best.len() > want {
+                    best.pop();
+                }
+                rows.push(Ranked {
+                    score,
+                    path,
+                    anchor,
+                    entry,
+                    source: Source::Base {
+                        segment: c.segment,
+                        doc: c.doc,
+                        catalog: c.catalog,
+                    },
+                });
             }
-            rows.push(Ranked {
-                score,
-                path,
-                anchor,
-                entry,
-                source: Source::Base {
-                    segment: c.segment,
-                    doc: c.doc,
-                    catalog: c.catalog,
-                },
-            });
+            start = end;
+            chunk = chunk.saturating_mul(2);
         }
         let enough = best.len() >= want;
         Ok((rows, enough))
+    }
+
+    /// The path and anchor (empty for a catalog answer) of each of `batch`, in its order;
+    /// `None` for a candidate whose path is missing or no document path.
+    fn names(&self, batch: &[Candidate]) -> StoreResult<Vec<Option<(DocPath, String)>>> {
+        let mut paths: Vec<Option<String>> = vec![None; batch.len()];
+        let mut anchors: Vec<String> = vec![String::new(); batch.len()];
+        for (number, columns) in self.columns.iter().enumerate() {
+            if !batch.iter().any(|c| c.segment as usize == number) {
+                continue;
+            }
+            let (path_col, anchor_col) = (&columns.paths, &columns.anchors);
+            let in_segment = || {
+                batch
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, c)| c.segment as usize == number)
+            };
+            let mut wanted: Vec<(u64, usize)> = in_segment()
+                .filter_map(|(i, c)| path_col.ords().first(c.doc).map(|ord| (ord, i)))
+                .collect();
+            in_order(path_col, &mut wanted, |i, name| paths[i] = Some(name))?;
+            let mut wanted: Vec<(u64, usize)> = in_segment()
+                .filter(|(_, c)| !c.catalog)
+                .filter_map(|(i, c)| anchor_col.ords().first(c.doc).map(|ord| (ord, i)))
+                .collect();
+            in_order(anchor_col, &mut wanted, |i, anchor| anchors[i] = anchor)?;
+        }
+        Ok(paths
+            .into_iter()
+            .zip(anchors)
+            .map(|(path, anchor)| Some((DocPath::parse(&path?).ok()?, anchor)))
+            .collect())
     }
 
     /// The positional postings of a phrase's words in one field; `None` when a word is not
@@ -991,6 +1096,7 @@ impl Base {
         expansions: &[Vec<Arc<str>>],
         stats: &Ranking,
         scope: &str,
+        pass: Pass,
         out: &mut Top,
     ) -> StoreResult<()> {
         let mut needs = Vec::with_capacity(terms.len());
@@ -1010,8 +1116,8 @@ impl Base {
                 None => return Ok(()),
             }
         };
-        let lens = s.fast_fields().u64("len")?;
-        let priors = s.fast_fields().f64("prior")?;
+        let columns = &self.columns[number as usize];
+        let (lens, priors) = (&columns.lens, &columns.priors);
         // Per phrase term, its words' positions in text, trail and entry.
         let mut phrases: Vec<Option<[Option<Vec<SegmentPostings>>; 3]>> = terms
             .iter()
@@ -1043,7 +1149,28 @@ impl Base {
             .min_by_key(|(_, cost)| *cost)
             .map(|(at, _)| at)
             .unwrap_or((0, 0));
-        let mut driver = std::mem::take(&mut needs[drive_term].groups[drive_group]);
+        let (mut driver, drive) = match pass {
+            Pass::TextOnly => (
+                std::mem::take(&mut needs[drive_term].groups[drive_group]),
+                Some((drive_term, drive_group)),
+            ),
+            // Every trail and entry list of every term, read apart from `needs`.
+            Pass::Boosted => {
+                let mut lists = Vec::new();
+                for (i, term) in terms.iter().enumerate() {
+                    let Some(need) = self.need(s, term, &expansions[i]) else {
+                        return Ok(());
+                    };
+                    lists.extend(
+                        need.groups
+                            .into_iter()
+                            .flatten()
+                            .filter(|l| l.kind != Kind::Text),
+                    );
+                }
+                (lists, None)
+            }
+        };
         let mut met = vec![Met::default(); terms.len()];
         loop {
             let doc = driver
@@ -1074,14 +1201,13 @@ impl Base {
             }
             let mut all = true;
             for (i, need) in needs.iter_mut().enumerate() {
-                let mut m = if i == drive_term {
-                    driven
-                } else {
-                    Met::default()
+                let mut m = match drive {
+                    Some((t, _)) if t == i => driven,
+                    _ => Met::default(),
                 };
                 let mut groups_met = true;
                 for (g, lists) in need.groups.iter_mut().enumerate() {
-                    if i == drive_term && g == drive_group {
+                    if drive == Some((i, g)) {
                         continue;
                     }
                     let mut any = false;
@@ -1100,6 +1226,10 @@ impl Base {
                 met[i] = m;
             }
             if !all {
+                continue;
+            }
+            // A section in some trail or entry list was a row of the boosted pass.
+            if pass == Pass::TextOnly && met.iter().any(|m| m.trail || m.entry) {
                 continue;
             }
             let mut gone = false;
@@ -1122,6 +1252,24 @@ impl Base {
             }
             if gone {
                 continue;
+            }
+            // The best this section could score (shortest length, highest prior): when
+            // that misses the kept rows, its columns are not read.
+            if let Some(threshold) = out.threshold() {
+                let bound = if met.iter().all(|m| m.entry) {
+                    catalog_score(&stats.idf)
+                } else {
+                    met.iter()
+                        .zip(&stats.idf)
+                        .map(|(m, idf)| {
+                            term_score(*idf, m.count, m.trail, m.entry, 0, stats.average)
+                        })
+                        .sum::<f64>()
+                };
+                if below(bound * MAX_PRIOR, threshold) {
+                    out.dropped = true;
+                    continue;
+                }
             }
             let prior = priors.first(doc).unwrap_or(1.0);
             if met.iter().all(|m| m.entry) {
@@ -1155,13 +1303,17 @@ impl Base {
         Ok(())
     }
 
-    /// The anchor, heading and text a row from this commit shows (a catalog answer shows its
-    /// document's first section).
-    pub(crate) fn stored(&self, segment: u32, doc: DocId, catalog: bool) -> StoreResult<Stored> {
-        let doc = if catalog {
-            self.first_section(segment, doc)?
-        } else {
-            doc
+    /// The anchor, heading and text a row from this commit shows (a catalog answer, `path`'s,
+    /// shows its document's first section).
+    pub(crate) fn stored(
+        &self,
+        segment: u32,
+        doc: DocId,
+        catalog: Option<&DocPath>,
+    ) -> StoreResult<Stored> {
+        let doc = match catalog {
+            Some(path) => self.first_section(segment, doc, path)?,
+            None => doc,
         };
         let stored: TantivyDocument = self.searcher.doc(tantivy::DocAddress::new(segment, doc))?;
         Ok(Stored {
@@ -1171,17 +1323,12 @@ impl Base {
         })
     }
 
-    fn first_section(&self, segment: u32, doc: DocId) -> StoreResult<DocId> {
+    /// The live first section of `path` in the segment of `doc` (one of its sections).
+    fn first_section(&self, segment: u32, doc: DocId, path: &DocPath) -> StoreResult<DocId> {
         let s = &self.segments()[segment as usize];
-        let paths = path_column(s)?;
-        let Some(ord) = paths.ords().first(doc) else {
-            return Ok(doc);
-        };
-        let mut name = String::new();
-        paths.ord_to_str(ord, &mut name)?;
-        let numbers = s.fast_fields().u64("number")?;
+        let numbers = &self.columns[segment as usize].numbers;
         let inv = s.inverted_index(self.fields.path)?;
-        let term = TantivyTerm::from_field_text(self.fields.path, &name);
+        let term = TantivyTerm::from_field_text(self.fields.path, path.as_str());
         let Some(mut postings) = inv.read_postings(&term, IndexRecordOption::Basic)? else {
             return Ok(doc);
         };
@@ -1221,6 +1368,25 @@ fn anchor_column(s: &SegmentReader) -> StoreResult<StrColumn> {
     s.fast_fields()
         .str("anchor")?
         .ok_or_else(|| StoreError("the stored index has no anchor column".into()))
+}
+
+/// Reads the terms of `wanted` (ordinal, caller's index) from `column` in ordinal order
+/// and hands each to `found` with its index.
+fn in_order(
+    column: &StrColumn,
+    wanted: &mut [(u64, usize)],
+    mut found: impl FnMut(usize, String),
+) -> StoreResult<()> {
+    wanted.sort_unstable();
+    let ords: Vec<u64> = wanted.iter().map(|(ord, _)| *ord).collect();
+    let mut at = 0;
+    column.dictionary().sorted_ords_to_term_cb(&ords, |bytes| {
+        if let Some((_, i)) = wanted.get(at) {
+            found(*i, String::from_utf8_lossy(bytes).into_owned());
+        }
+        at += 1;
+    })?;
+    Ok(())
 }
 
 /// An f64 ordered totally.

@@ -153,7 +153,7 @@ impl IndexVersion {
                     doc,
                     catalog,
                 } => {
-                    let stored = base.stored(segment, doc, catalog)?;
+                    let stored = base.stored(segment, doc, catalog.then_some(&row.path))?;
                     if catalog {
                         (String::new(), String::new(), stored.text)
                     } else {
@@ -455,6 +455,52 @@ mod tests_support {
             let got = version.lookup(&q, &catalog).unwrap();
             assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
             assert!(!got.is_empty());
+        }
+    }
+
+    /// The stored base reads postings in two passes (trail and entry hits, then text-only
+    /// sections, skipped when the kept rows all beat the best a text-only one could score):
+    /// at every cap the rows are the memory index's.
+    #[test]
+    fn text_only_sections_skipped_behind_boosted_rows_change_no_answer() {
+        let mut docs: Vec<Doc> = Vec::new();
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        // More catalog answers than the kept rows at small caps, every one above the best
+        // a text-only section could score: the text-only pass is skipped there.
+        for i in 0..100 {
+            docs.push((
+                leak(format!("/tagged/{i:03}.md")),
+                vec![("tags", "hot"), ("importance", ["0.5", "1"][i % 2])],
+                format!("plain words {i}\n"),
+            ));
+        }
+        for i in 0..10 {
+            docs.push((
+                leak(format!("/headed/{i:02}.md")),
+                vec![("importance", ["0.2", "0.9"][i % 2])],
+                format!("# Hot topic\n\nsome words {}\n", "hot ".repeat(i % 3)),
+            ));
+        }
+        for i in 0..300 {
+            docs.push((
+                leak(format!("/text/{i:03}.md")),
+                vec![("importance", ["1", "0.4", "0"][i % 3])],
+                format!("hot {}{}\n", "hot ".repeat(i % 5), "filler ".repeat(i % 7)),
+            ));
+        }
+        for in_base in [docs.len(), 250] {
+            let (oracle, catalog, version) = build(&docs, in_base);
+            for text in ["hot", "hot topic", "hot words", "\"hot topic\"", "ho*"] {
+                for max in [1, 10, 30, 40, 100, 110, 150, 200, 300, 0] {
+                    let q = CatalogQuery::new(text).max(max);
+                    let got = version.lookup(&q, &catalog).unwrap();
+                    assert_eq!(got, oracle.lookup(&q, &catalog), "{in_base} in base: {q:?}");
+                }
+            }
+            let all = version
+                .lookup(&CatalogQuery::new("hot").max(0), &catalog)
+                .unwrap();
+            assert!(all.len() > 400, "{}", all.len());
         }
     }
 
