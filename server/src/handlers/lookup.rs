@@ -15,6 +15,8 @@ const SHORT_TERM_CHARS: usize = 3;
 /// The most short terms one query may hold: each scans every gram it prefixes, so a query
 /// of many one-letter terms would cost a scan of the catalog per term.
 pub(super) const MAX_SHORT_TERMS: usize = 2;
+/// How much a lookup's cap grows when rows the caller may not read left too few.
+const WIDENING: usize = 8;
 
 /// Refuses a query holding more than [`MAX_SHORT_TERMS`] short terms.
 fn check_short_terms(query: &str) -> Result<(), String> {
@@ -78,26 +80,35 @@ pub(super) async fn lookup(call: &Call<'_>) -> Response {
     }
     let mut request = CatalogQuery::new(query)
         .scope(scope.clone())
-        .max(MAX_LIMIT)
+        .max(limit)
         .mode(mode);
     request.filters = filters;
-    let (found, answered_mode) = match view.lookup(&call.ctx, &request).await {
-        Ok(found) => (found, mode),
-        Err(error) if error.kind() == ErrorKind::BodyMatchUnavailable => {
-            // The section index is not ready: answer from the catalog and say so.
-            let catalog = request.clone().mode(MatchMode::Catalog);
-            match view.lookup(&call.ctx, &catalog).await {
-                Ok(found) => (found, MatchMode::Catalog),
-                Err(error) => return backend_error(&error, &scope),
+    let (visible, answered_mode) = loop {
+        let (found, answered_mode) = match view.lookup(&call.ctx, &request).await {
+            Ok(found) => (found, mode),
+            Err(error) if error.kind() == ErrorKind::BodyMatchUnavailable => {
+                // The section index is not ready: answer from the catalog and say so.
+                let catalog = request.clone().mode(MatchMode::Catalog);
+                match view.lookup(&call.ctx, &catalog).await {
+                    Ok(found) => (found, MatchMode::Catalog),
+                    Err(error) => return backend_error(&error, &scope),
+                }
             }
+            Err(error) => return backend_error(&error, &scope),
+        };
+        let complete = found.len() < request.max;
+        let visible: Vec<_> = found
+            .into_iter()
+            .filter(|row| call.may_read(row.path.as_str()).is_ok())
+            .take(limit)
+            .collect();
+        // Rows the caller may not read are dropped before the limit: when they left fewer
+        // than asked, ask the same view for more (a bigger cap answers the same order, longer).
+        if visible.len() >= limit || complete || request.max >= MAX_LIMIT {
+            break (visible, answered_mode);
         }
-        Err(error) => return backend_error(&error, &scope),
+        request.max = request.max.saturating_mul(WIDENING).min(MAX_LIMIT);
     };
-    let visible: Vec<_> = found
-        .into_iter()
-        .filter(|row| call.may_read(row.path.as_str()).is_ok())
-        .take(limit)
-        .collect();
     let body_rows = answered_mode == MatchMode::Body;
     let mut body = format!(
         "\n# Lookup matches for \"{}\" in {}\n\n| Path | Importance | Title | Tags |",

@@ -224,6 +224,58 @@ async fn list_pages_with_cursor_and_lookup() {
     assert_eq!(no_scope.status, Status::NotFound);
 }
 
+/// Rows the caller may not read do not count towards the limit: the store is asked for the
+/// limit first and for more on the same view when hidden rows left too few.
+#[tokio::test]
+async fn lookup_limit_counts_only_rows_the_caller_may_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_reader = Token::new(
+        "secret-reader",
+        crate::auth::TokenHash::of_secret("quire_test-other"),
+        vec![Operation::Read],
+        vec![PathPattern::parse("/secret/**").unwrap()],
+        None,
+    );
+    let w = world(dir.path(), vec![writer(), secret_reader]).await;
+    // The hidden documents rank first (higher importance), more of them than the limit.
+    for (dir, count, importance) in [("secret", 20, "0.9"), ("open", 3, "0.1")] {
+        for i in 0..count {
+            let r = handle(
+                &w,
+                req(Verb::Publish, &format!("/{dir}/n{i:02}.md"))
+                    .with_meta("tags", "widen")
+                    .with_meta("importance", importance)
+                    .with_body("# Note\n"),
+            )
+            .await;
+            assert_eq!(r.status, Status::Created, "{r:?}");
+        }
+    }
+    let found = handle(
+        &w,
+        Request::new(Verb::Lookup, "/")
+            .with_meta("query", "widen")
+            .with_meta("limit", "2"),
+    )
+    .await;
+    assert_eq!(found.status, Status::Ok, "{found:?}");
+    assert_eq!(found.metadata["matches"], "2", "{found:?}");
+    let text = std::str::from_utf8(&found.body).unwrap();
+    assert!(
+        text.contains("| /open/n00.md |") && text.contains("| /open/n01.md |"),
+        "{text}"
+    );
+    assert!(!text.contains("/secret/"), "{text}");
+    let all = handle(
+        &w,
+        Request::new(Verb::Lookup, "/")
+            .with_meta("query", "widen")
+            .with_meta("limit", "50"),
+    )
+    .await;
+    assert_eq!(all.metadata["matches"], "3", "{all:?}");
+}
+
 #[test]
 fn cursor_round_trip_matches_reference() {
     assert_eq!(
