@@ -8,12 +8,17 @@
 //! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, `cost`, `flood`, `writes`,
 //!   `replicas`, or `all`), in the release profile. `replicas` runs on the local S3 server,
 //!   started for it unless the environment already names one.
+//! - `bench peers`: Quire's commit path (in-process and over HTTP) against a pinned SlateDB
+//!   (its own crate outside the workspace, built in release on demand) on the local S3
+//!   server, one table (`peers.rs`, `counting_proxy.rs`).
 //! - `gate`: the reliability gate at full size, in the release profile (its short form runs
 //!   with the tests).
 
 mod clients;
 mod conformance;
+mod counting_proxy;
 mod gate;
+mod peers;
 mod servers;
 
 use std::process::Command;
@@ -46,7 +51,9 @@ enum Task {
     /// bytes on simulated GCS), `flood` (a real server's memory and a normal client's
     /// latency under a flood of slow connections), `writes` (writes/s one client and several
     /// get from the embedded default), `replicas` (several real processes on one world of
-    /// the local S3 server, peers of each other, under an open-loop load), or `all`.
+    /// the local S3 server, peers of each other, under an open-loop load), `peers` (Quire's
+    /// commit path in-process and over HTTP against SlateDB on the local S3 server, one
+    /// table), or `all`.
     /// Arguments after `--` go to the
     /// benchmark (e.g. `cargo xtask bench coldstart -- --docs 100000`).
     Bench {
@@ -66,6 +73,7 @@ enum Bench {
     Flood,
     Writes,
     Replicas,
+    Peers,
     All,
 }
 
@@ -114,6 +122,11 @@ async fn bench(which: Bench, args: &[String]) -> Result<()> {
         if !status.success() {
             bail!("the {target} benchmark failed: {status}");
         }
+    }
+    // Its own orchestration: several benches, one of them outside the workspace.
+    if which == Bench::Peers || which == Bench::All {
+        drop(s3);
+        peers::run(args).await?;
     }
     Ok(())
 }

@@ -1,0 +1,210 @@
+//! A counting HTTP proxy in front of the local S3 server, for `bench peers`: every store under
+//! test talks to the bucket through it, so one method counts every store's bucket requests
+//! and bytes, whatever its client library. It forwards each request unchanged, `Host` header
+//! included (S3 signatures cover it), and streams bodies through.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context, Result};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+/// Kinds of bucket request, as the table shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Put,
+    Get,
+    List,
+    Other,
+}
+
+const KINDS: [Kind; 4] = [Kind::Put, Kind::Get, Kind::List, Kind::Other];
+
+/// What went through the proxy so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reading {
+    requests: [u64; KINDS.len()],
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+impl Reading {
+    pub(crate) fn requests(&self, kind: Kind) -> u64 {
+        self.requests[kind as usize]
+    }
+
+    pub(crate) fn total(&self) -> u64 {
+        self.requests.iter().sum()
+    }
+
+    /// What happened between `earlier` and this reading.
+    pub(crate) fn since(&self, earlier: &Reading) -> Reading {
+        let mut requests = [0; KINDS.len()];
+        for (i, n) in requests.iter_mut().enumerate() {
+            *n = self.requests[i] - earlier.requests[i];
+        }
+        Reading {
+            requests,
+            bytes_up: self.bytes_up - earlier.bytes_up,
+            bytes_down: self.bytes_down - earlier.bytes_down,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    requests: [AtomicU64; KINDS.len()],
+    bytes_up: Arc<AtomicU64>,
+    bytes_down: Arc<AtomicU64>,
+}
+
+/// The running proxy; it stops when dropped.
+#[derive(Debug)]
+pub(crate) struct CountingProxy {
+    /// `http://127.0.0.1:PORT`, to give clients in place of the server's endpoint.
+    pub endpoint: String,
+    counters: Arc<Counters>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for CountingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl CountingProxy {
+    /// Listens on a free port of 127.0.0.1 and forwards to `upstream` (`http://host:port`).
+    pub(crate) async fn start(upstream: &str) -> Result<CountingProxy> {
+        let upstream: Uri = upstream
+            .parse()
+            .with_context(|| format!("the S3 endpoint {upstream:?} is not a URL"))?;
+        let authority = upstream
+            .authority()
+            .context("the S3 endpoint names no host")?
+            .clone();
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let address: SocketAddr = listener.local_addr()?;
+        let counters = Arc::new(Counters::default());
+        let client: Client<HttpConnector, ProxyBody> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let shared = counters.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (client, counters, authority) =
+                    (client.clone(), shared.clone(), authority.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        forward(client.clone(), counters.clone(), authority.clone(), request)
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(CountingProxy {
+            endpoint: format!("http://{address}"),
+            counters,
+            task,
+        })
+    }
+
+    pub(crate) fn reading(&self) -> Reading {
+        let mut requests = [0; KINDS.len()];
+        for (i, n) in requests.iter_mut().enumerate() {
+            *n = self.counters.requests[i].load(Ordering::Relaxed);
+        }
+        Reading {
+            requests,
+            bytes_up: self.counters.bytes_up.load(Ordering::Relaxed),
+            bytes_down: self.counters.bytes_down.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// An S3 request's kind: a GET of the bucket itself (no key) or with `list-type` lists.
+fn kind(method: &Method, uri: &Uri) -> Kind {
+    match *method {
+        Method::PUT => Kind::Put,
+        Method::GET => {
+            let key = uri.path().trim_start_matches('/').split_once('/');
+            let listing = uri.query().is_some_and(|q| q.contains("list-type"));
+            if listing || key.is_none_or(|(_, key)| key.is_empty()) {
+                Kind::List
+            } else {
+                Kind::Get
+            }
+        }
+        _ => Kind::Other,
+    }
+}
+
+type ProxyBody = UnsyncBoxBody<Bytes, hyper::Error>;
+
+/// A body whose data bytes are added to `counter` as they pass.
+fn counted<B>(body: B, counter: Arc<AtomicU64>) -> ProxyBody
+where
+    B: hyper::body::Body<Data = Bytes, Error = hyper::Error> + Send + 'static,
+{
+    body.map_frame(move |frame| {
+        if let Some(data) = frame.data_ref() {
+            counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        frame
+    })
+    .boxed_unsync()
+}
+
+async fn forward(
+    client: Client<HttpConnector, ProxyBody>,
+    counters: Arc<Counters>,
+    authority: hyper::http::uri::Authority,
+    request: Request<Incoming>,
+) -> Result<Response<ProxyBody>, hyper::Error> {
+    counters.requests[kind(request.method(), request.uri()) as usize]
+        .fetch_add(1, Ordering::Relaxed);
+    let (mut parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    parts.uri = Uri::builder()
+        .scheme("http")
+        .authority(authority)
+        .path_and_query(path)
+        .build()
+        .expect("an upstream URL from valid parts");
+    // The client keeps the request's own `Host` header, which the signature covers.
+    let request = Request::from_parts(parts, counted(body, counters.bytes_up.clone()));
+    match client.request(request).await {
+        Ok(response) => {
+            let (parts, body) = response.into_parts();
+            Ok(Response::from_parts(
+                parts,
+                counted(body, counters.bytes_down.clone()),
+            ))
+        }
+        Err(e) => {
+            let mut response = Response::new(
+                http_body_util::Full::new(Bytes::from(format!("proxy: {e}")))
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            );
+            *response.status_mut() = hyper::StatusCode::BAD_GATEWAY;
+            Ok(response)
+        }
+    }
+}
