@@ -27,7 +27,7 @@
 //! A [`Base`] is one commit: a tantivy searcher, so it stays valid (its files kept) while it
 //! is held, whatever the writer commits or merges meanwhile.
 //!
-//! This file is long (about 1,300 lines) because the schema, the writer, copies
+//! This file is long (about 1,500 lines) because the schema, the writer, copies
 //! ([`Export`]/[`Import`]) and the search of a [`Base`] share the field handles and their
 //! tests; copies and the query half (scoring, the kept rows, phrases) are the planned split.
 
