@@ -28,6 +28,8 @@
 //! own counters for the window: slots won, writes per slot, blob requests by operation.
 #![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -100,28 +102,6 @@ fn args() -> Args {
         "--writers and --seconds must be above zero"
     );
     args
-}
-
-/// The local S3 server.
-struct S3 {
-    endpoint: String,
-    bucket: String,
-    region: String,
-}
-
-fn s3() -> S3 {
-    let Ok(endpoint) = std::env::var("QUIRE_TEST_S3_ENDPOINT") else {
-        eprintln!(
-            "the peers benchmark needs the local S3 server: run it as `cargo xtask bench peers`, \
-             or export what `cargo xtask servers` prints"
-        );
-        std::process::exit(2);
-    };
-    S3 {
-        endpoint,
-        bucket: std::env::var("QUIRE_TEST_S3_BUCKET").expect("QUIRE_TEST_S3_BUCKET is unset"),
-        region: std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
-    }
 }
 
 fn fresh_prefix(mode: &str) -> String {
@@ -255,7 +235,7 @@ impl Drop for Served {
 }
 
 /// `quire serve` on one bucket world of `s3` under `prefix`, with the one token `token`.
-fn serve(dir: &Path, s3: &S3, prefix: &str, token: &TokenSecret) -> Served {
+fn serve(dir: &Path, s3: &support::S3, prefix: &str, token: &TokenSecret) -> Served {
     let entry = TokenEntrySpec {
         hash: token.hash().to_string(),
         operations: vec![Operation::Publish],
@@ -346,7 +326,7 @@ fn quantile_us(sorted: &[Duration], q: f64) -> u128 {
 #[tokio::main]
 async fn main() {
     let args = args();
-    let s3 = s3();
+    let s3 = support::s3("peers");
     let dir = tempfile::tempdir().expect("a scratch folder");
     let mut served = None;
     let mut store = None;

@@ -100,28 +100,6 @@ fn args() -> Args {
     args
 }
 
-/// The local S3 server.
-struct S3 {
-    endpoint: String,
-    bucket: String,
-    region: String,
-}
-
-fn s3() -> S3 {
-    let Ok(endpoint) = std::env::var("QUIRE_TEST_S3_ENDPOINT") else {
-        eprintln!(
-            "the replicas benchmark needs the local S3 server: run it as `cargo xtask bench replicas`, \
-             or export what `cargo xtask servers` prints"
-        );
-        std::process::exit(2);
-    };
-    S3 {
-        endpoint,
-        bucket: std::env::var("QUIRE_TEST_S3_BUCKET").expect("QUIRE_TEST_S3_BUCKET is unset"),
-        region: std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
-    }
-}
-
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .expect("a UDP port")
@@ -158,7 +136,7 @@ request_timeout = \"30s\"
 ";
 
 /// `n` processes on one fresh prefix, peers of each other when `hints`.
-fn start_processes(dir: &Path, s3: &S3, n: usize, args: &Args) -> Vec<Server> {
+fn start_processes(dir: &Path, s3: &support::S3, n: usize, args: &Args) -> Vec<Server> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("after 1970")
@@ -364,7 +342,7 @@ fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, name: &s
 }
 
 /// One run with `n` processes; returns the writes per second acknowledged in total.
-async fn run(dir: &Path, s3: &S3, token: &str, n: usize, args: &Args) -> f64 {
+async fn run(dir: &Path, s3: &support::S3, token: &str, n: usize, args: &Args) -> f64 {
     let servers = start_processes(dir, s3, n, args);
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -485,7 +463,7 @@ async fn run(dir: &Path, s3: &S3, token: &str, n: usize, args: &Args) -> f64 {
 #[tokio::main]
 async fn main() {
     let args = args();
-    let s3 = s3();
+    let s3 = support::s3("replicas");
     let dir = tempfile::tempdir().expect("a scratch folder");
     // The shared replica certificate, as an operator makes it.
     let status = Command::new(env!("CARGO_BIN_EXE_quire"))

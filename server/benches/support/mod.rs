@@ -107,3 +107,26 @@ pub(crate) fn quantile(sorted: &[Duration], q: f64) -> Duration {
 pub(crate) fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
+
+/// The local S3 server the environment names (what `cargo xtask servers` prints).
+pub(crate) struct S3 {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: String,
+}
+
+/// The local S3 server for the `bench` benchmark; exits saying how to get one without it.
+pub(crate) fn s3(bench: &str) -> S3 {
+    let Ok(endpoint) = std::env::var("QUIRE_TEST_S3_ENDPOINT") else {
+        eprintln!(
+            "the {bench} benchmark needs the local S3 server: run it as `cargo xtask bench \
+             {bench}`, or export what `cargo xtask servers` prints"
+        );
+        std::process::exit(2);
+    };
+    S3 {
+        endpoint,
+        bucket: std::env::var("QUIRE_TEST_S3_BUCKET").expect("QUIRE_TEST_S3_BUCKET is unset"),
+        region: std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
+    }
+}
