@@ -208,19 +208,6 @@ async fn phase(target: &Target, args: &Args, label: &str, until: Instant) -> Vec
     tasks.join_all().await
 }
 
-/// Limits far above the load: the benchmark measures commits, not admission.
-const LIMITS: &str = "[worlds.limits]
-max_concurrent_requests = 8192
-client_concurrent_requests = 8191
-requests_per_second = 1000000
-burst = 1000000
-client_requests_per_second = 1000000
-client_burst = 1000000
-max_queued = 8192
-queue_wait = \"10s\"
-request_timeout = \"30s\"
-";
-
 /// A running `quire serve`, killed when dropped.
 struct Served {
     child: Child,
@@ -246,8 +233,11 @@ fn serve(dir: &Path, s3: &support::S3, prefix: &str, token: &TokenSecret) -> Ser
     let config = format!(
         "[listen]\nhttp = \"127.0.0.1:0\"\nquic = \"127.0.0.1:0\"\n\n[[worlds]]\nname = \"peers\"\n\n\
          [worlds.backend]\nkind = \"bucket\"\ndriver = \"s3\"\nbucket = \"{}\"\nprefix = \"{prefix}\"\n\
-         endpoint = \"{}\"\nregion = \"{}\"\n\n[worlds.auth]\ntokens_file = \"tokens.toml\"\n\n{LIMITS}",
-        s3.bucket, s3.endpoint, s3.region
+         endpoint = \"{}\"\nregion = \"{}\"\n\n[worlds.auth]\ntokens_file = \"tokens.toml\"\n\n{limits}",
+        s3.bucket,
+        s3.endpoint,
+        s3.region,
+        limits = support::LIMITS
     );
     let path = dir.join("quire.toml");
     std::fs::write(&path, config).expect("a configuration");

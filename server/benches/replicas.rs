@@ -122,19 +122,6 @@ impl Drop for Server {
     }
 }
 
-/// Limits far above the offered load: the benchmark measures commits, not admission.
-const LIMITS: &str = "[worlds.limits]
-max_concurrent_requests = 8192
-client_concurrent_requests = 8191
-requests_per_second = 1000000
-burst = 1000000
-client_requests_per_second = 1000000
-client_burst = 1000000
-max_queued = 8192
-queue_wait = \"10s\"
-request_timeout = \"30s\"
-";
-
 /// `n` processes on one fresh prefix, peers of each other when `hints`.
 fn start_processes(dir: &Path, s3: &support::S3, n: usize, args: &Args) -> Vec<Server> {
     let nanos = SystemTime::now()
@@ -166,8 +153,11 @@ fn start_processes(dir: &Path, s3: &support::S3, n: usize, args: &Args) -> Vec<S
         let config = format!(
             "[listen]\nhttp = \"127.0.0.1:0\"\nquic = \"127.0.0.1:0\"\n\n{peers}[[worlds]]\nname = \"shared\"\n\n\
              [worlds.backend]\nkind = \"bucket\"\ndriver = \"s3\"\nbucket = \"{}\"\nprefix = \"{prefix}\"\n\
-             endpoint = \"{}\"\nregion = \"{}\"\n{latency}\n[worlds.auth]\ntokens_file = \"tokens.toml\"\n\n{LIMITS}",
-            s3.bucket, s3.endpoint, s3.region
+             endpoint = \"{}\"\nregion = \"{}\"\n{latency}\n[worlds.auth]\ntokens_file = \"tokens.toml\"\n\n{limits}",
+            s3.bucket,
+            s3.endpoint,
+            s3.region,
+            limits = support::LIMITS
         );
         let path = dir.join(format!("p{k}.toml"));
         std::fs::write(&path, config).expect("a configuration");

@@ -130,3 +130,17 @@ pub(crate) fn s3(bench: &str) -> S3 {
         region: std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
     }
 }
+
+/// `[worlds.limits]` far above any offered load: a benchmark of commits measures commits, not
+/// admission.
+pub(crate) const LIMITS: &str = "[worlds.limits]
+max_concurrent_requests = 8192
+client_concurrent_requests = 8191
+requests_per_second = 1000000
+burst = 1000000
+client_requests_per_second = 1000000
+client_burst = 1000000
+max_queued = 8192
+queue_wait = \"10s\"
+request_timeout = \"30s\"
+";
