@@ -208,3 +208,85 @@ async fn forward(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An upstream on 127.0.0.1 that reads each request's body and answers `hello`.
+    async fn upstream() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|request: Request<Incoming>| async {
+                        request.into_body().collect().await?;
+                        Ok::<_, hyper::Error>(Response::new(http_body_util::Full::new(
+                            Bytes::from_static(b"hello"),
+                        )))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        format!("http://{address}")
+    }
+
+    #[tokio::test]
+    async fn every_request_and_byte_through_the_proxy_is_counted_by_kind() {
+        let proxy = CountingProxy::start(&upstream().await).await.unwrap();
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let url = |path: &str| format!("{}{path}", proxy.endpoint);
+        let before = proxy.reading();
+        let put = client
+            .put(url("/bucket/key"))
+            .body("0123456789")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.text().await.unwrap(), "hello", "forwarded and answered");
+        for path in ["/bucket/key", "/bucket?list-type=2&prefix=log/", "/bucket/"] {
+            client
+                .get(url(path))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+        }
+        client.delete(url("/bucket/key")).send().await.unwrap();
+        let seen = proxy.reading().since(&before);
+        assert_eq!(seen.requests(Kind::Put), 1);
+        assert_eq!(seen.requests(Kind::Get), 1);
+        assert_eq!(seen.requests(Kind::List), 2);
+        assert_eq!(seen.requests(Kind::Other), 1);
+        assert_eq!(seen.total(), 5);
+        assert_eq!(seen.bytes_up, 10);
+        // Five answers of five bytes (the DELETE's answer is counted as it streams through).
+        assert_eq!(seen.bytes_down, 25);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_upstream_is_a_bad_gateway_not_a_hang() {
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = closed.local_addr().unwrap();
+        drop(closed);
+        let proxy = CountingProxy::start(&format!("http://{address}"))
+            .await
+            .unwrap();
+        let answer = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(format!("{}/bucket/key", proxy.endpoint))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), reqwest::StatusCode::BAD_GATEWAY);
+        assert_eq!(proxy.reading().requests(Kind::Get), 1);
+    }
+}
