@@ -1,7 +1,9 @@
 //! The conformance table: every suite over every driver.
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use quire_blob::BlobStore;
@@ -96,6 +98,22 @@ impl Table {
 /// Runs the blob suite over every driver, and the backend suites (document store, catalog,
 /// body, replica) over the file store and the bucket store on every driver; prints one table per
 /// suite and fails if any case failed anywhere.
+/// The longest one suite may take on one target: a suite that outlives it fails the table,
+/// naming itself, instead of holding the run until its overall limit.
+const SUITE_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Runs one suite on one target, saying so on stderr first, so a run that stops shows where.
+async fn suite<T>(suite: &str, target: &str, run: impl Future<Output = T>) -> Result<T> {
+    eprintln!("xtask: conformance: the {suite} suite on {target}");
+    tokio::time::timeout(SUITE_DEADLINE, run)
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the {suite} suite on {target} did not finish within {SUITE_DEADLINE:?}"
+            )
+        })
+}
+
 pub(crate) async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> {
     let targets = targets(scratch, servers).await?;
     let mut blob = Table {
@@ -103,12 +121,16 @@ pub(crate) async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> 
         columns: Vec::new(),
     };
     for target in &targets {
-        let report = run_blob_suite(
-            target.store.clone(),
-            &fresh_root(target.name),
-            target.capabilities,
+        let report = suite(
+            "blob",
+            target.name,
+            run_blob_suite(
+                target.store.clone(),
+                &fresh_root(target.name),
+                target.capabilities,
+            ),
         )
-        .await;
+        .await?;
         blob.columns.push((target.name.to_owned(), report));
     }
 
@@ -129,34 +151,41 @@ pub(crate) async fn run_table(scratch: &Path, servers: &[Server]) -> Result<()> 
         columns: Vec::new(),
     };
     let file_store = FileFactory::new(scratch.join("file-store"), true);
-    store
-        .columns
-        .push(("file store".into(), run_store_suite(&file_store).await));
-    catalog
-        .columns
-        .push(("file store".into(), run_catalog_suite(&file_store).await));
-    body.columns
-        .push(("file store".into(), run_body_suite(&file_store).await));
+    let on = "the file store";
+    store.columns.push((
+        "file store".into(),
+        suite("document-store", on, run_store_suite(&file_store)).await?,
+    ));
+    catalog.columns.push((
+        "file store".into(),
+        suite("catalog", on, run_catalog_suite(&file_store)).await?,
+    ));
+    body.columns.push((
+        "file store".into(),
+        suite("body", on, run_body_suite(&file_store)).await?,
+    ));
     replica.columns.push((
         "file store".into(),
-        run_replica_suite(&file_store, ReplicaLoad::default()).await,
+        suite(
+            "replica",
+            on,
+            run_replica_suite(&file_store, ReplicaLoad::default()),
+        )
+        .await?,
     ));
     for target in &targets {
         let name = format!("bucket/{}", target.name);
         let bucket =
             BucketFactory::under(target.store.clone(), &fresh_root(&name.replace('/', "-")));
-        store
-            .columns
-            .push((name.clone(), run_store_suite(&bucket).await));
-        catalog
-            .columns
-            .push((name.clone(), run_catalog_suite(&bucket).await));
-        body.columns
-            .push((name.clone(), run_body_suite(&bucket).await));
-        replica.columns.push((
-            name,
-            run_replica_suite(&bucket, ReplicaLoad::default()).await,
-        ));
+        let report = suite("document-store", &name, run_store_suite(&bucket)).await?;
+        store.columns.push((name.clone(), report));
+        let report = suite("catalog", &name, run_catalog_suite(&bucket)).await?;
+        catalog.columns.push((name.clone(), report));
+        let report = suite("body", &name, run_body_suite(&bucket)).await?;
+        body.columns.push((name.clone(), report));
+        let load = ReplicaLoad::default();
+        let report = suite("replica", &name, run_replica_suite(&bucket, load)).await?;
+        replica.columns.push((name, report));
     }
 
     let (mut failures, mut gaps) = (Vec::new(), Vec::new());
