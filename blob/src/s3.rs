@@ -15,11 +15,13 @@
 //! than passed on: SeaweedFS, for one, lists per path component, so `a/b` comes before `a-b`.
 //! Fixed-width key names (as the log's) never meet that.
 //!
-//! S3's `PutObject` answer carries no modification time, so after a successful `create` or
-//! `replace` the driver reads the object's attributes back (`HeadObject` with `If-Match`) to
-//! return exactly what `head`, `get` and `list` will show. When that read fails or the object
-//! has already changed again, the write still succeeded: the driver then reports the local
-//! clock as the modification time. Times are cut to whole seconds, as S3's headers carry them.
+//! S3's `PutObject` answer carries no modification time, so a successful `create` or `replace`
+//! reports the answer's `Date`: the bucket's clock as it answered, at or just after the
+//! `Last-Modified` that `head`, `get` and `list` will show (the same second for a small
+//! object), never before it. That keeps a mutation to one request (reading the attributes
+//! back cost a second round trip on every slot create) and keeps age fences on the safe side:
+//! an object reads as no older than it is. An answer without a date reports the local clock.
+//! Times are cut to whole seconds, as S3's headers carry them.
 //!
 //! # Generations and the ETag caveat
 //!
@@ -59,6 +61,7 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -71,6 +74,12 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
 use aws_smithy_http_client::tls;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextRef;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::date_time::Format as DateFormat;
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 use bytes::Bytes;
@@ -277,39 +286,6 @@ impl S3Store {
         }
     }
 
-    /// Reads back the attributes of an object this store just wrote at `etag`. The write
-    /// already succeeded, so a failed or outdated read-back degrades to the local clock.
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "a lost read-back degrades to the local clock"
-    )]
-    async fn written(&self, key: &str, etag: &str, size: u64) -> Attributes {
-        let read_back = self
-            .reads
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .if_match(etag)
-            .send()
-            .await;
-        let modified = match read_back {
-            Ok(head)
-                if head.e_tag().map(quoted_etag).as_deref() == Some(etag)
-                    && head.content_length() == Some(size as i64) =>
-            {
-                head.last_modified()
-                    .and_then(|t| SystemTime::try_from(*t).ok())
-            }
-            _ => None,
-        };
-        Attributes {
-            key: key.to_owned(),
-            size,
-            generation: Generation::new(etag),
-            modified: whole_seconds(modified.unwrap_or_else(SystemTime::now)),
-        }
-    }
-
     async fn put(
         &self,
         op: Op,
@@ -318,6 +294,7 @@ impl S3Store {
         data: Bytes,
     ) -> Result<Attributes> {
         let size = data.len() as u64;
+        let answered_at = AnswerDate::default();
         let request = self
             .mutations
             .put_object()
@@ -329,7 +306,12 @@ impl S3Store {
             Condition::Absent => request.if_none_match("*"),
             Condition::Matches(etag) => request.if_match(etag),
         };
-        let output = request.send().await.map_err(|e| sdk_error(op, key, e))?;
+        let output = request
+            .customize()
+            .interceptor(answered_at.clone())
+            .send()
+            .await
+            .map_err(|e| sdk_error(op, key, e))?;
         let etag = output.e_tag().filter(|e| !e.is_empty()).ok_or_else(|| {
             // The write landed, but without its ETag nobody can tell it from a later one.
             Error::new(
@@ -339,7 +321,12 @@ impl S3Store {
                 "the store accepted the write but returned no ETag",
             )
         })?;
-        Ok(self.written(key, &quoted_etag(etag), size).await)
+        Ok(Attributes {
+            key: key.to_owned(),
+            size,
+            generation: Generation::new(quoted_etag(etag)),
+            modified: whole_seconds(answered_at.time()),
+        })
     }
 
     async fn head_attributes(&self, op: Op, key: &str) -> Result<Attributes> {
@@ -358,6 +345,47 @@ impl S3Store {
             head.content_length(),
             head.last_modified(),
         )
+    }
+}
+
+/// The `Date` of a mutation's answer, kept by an interceptor on that one request: the time
+/// the bucket's clock showed as it answered, at or a moment after the object's own
+/// modification time, so an age fence reading it errs toward the object being younger.
+#[derive(Clone, Debug, Default)]
+struct AnswerDate(Arc<Mutex<Option<SystemTime>>>);
+
+impl AnswerDate {
+    /// The answer's date, or the local clock when the server sent none that parses (the write
+    /// succeeded either way).
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "an answer without a date degrades to the local clock"
+    )]
+    fn time(&self) -> SystemTime {
+        let date = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        date.unwrap_or_else(SystemTime::now)
+    }
+}
+
+impl Intercept for AnswerDate {
+    fn name(&self) -> &'static str {
+        "AnswerDate"
+    }
+
+    fn read_before_deserialization(
+        &self,
+        context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> std::result::Result<(), BoxError> {
+        let date = context
+            .response()
+            .headers()
+            .get("date")
+            .and_then(|d| aws_smithy_types::DateTime::from_str(d, DateFormat::HttpDate).ok())
+            .and_then(|t| SystemTime::try_from(t).ok());
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = date;
+        Ok(())
     }
 }
 

@@ -1,7 +1,8 @@
-//! The S3 driver beyond the blob suite (in drivers.rs): the standard credential chain, and how
-//! the driver reports mutations whose answer never came back. Needs the S3 server that
-//! `cargo xtask servers` starts (QUIRE_TEST_S3_* variables); without one the cases are skipped,
-//! unless QUIRE_TEST_REQUIRE_SERVERS=1.
+//! The S3 driver beyond the blob suite (in drivers.rs): the standard credential chain, how
+//! the driver reports mutations whose answer never came back, and that a mutation is one
+//! request. The first two need the S3 server that `cargo xtask servers` starts
+//! (QUIRE_TEST_S3_* variables); without one they are skipped, unless
+//! QUIRE_TEST_REQUIRE_SERVERS=1. The others run against stand-ins on 127.0.0.1.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +12,7 @@ use quire_blob::s3::{S3Config, S3Store, S3Timeouts};
 use quire_blob::{BlobStore, Bytes, ErrorKind, Op};
 use quire_blob::{Credentials, DriverConfig};
 use quire_conformance::{driver_target_from_env, fresh_root};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The S3 server under test, from the environment.
@@ -303,4 +304,83 @@ async fn an_unreachable_store_reports_unavailable_not_ambiguous() {
         (ErrorKind::Unavailable, Op::Get),
         "{err}"
     );
+}
+
+/// A stand-in S3 server on 127.0.0.1 that answers every request `200` with a fixed ETag and
+/// `date`, and records each request's first line.
+async fn dated_server(date: &'static str) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((connection, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut reader = tokio::io::BufReader::new(connection);
+                loop {
+                    let mut head = String::new();
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if head.is_empty() {
+                            head = line.trim_end().to_owned();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    log.lock().unwrap().push(head);
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nETag: \"0123\"\r\nDate: {date}\r\nContent-Length: 0\r\n\r\n"
+                    );
+                    if reader.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (endpoint, seen)
+}
+
+/// A create or replace is one request, and reports the time the bucket answered it: S3's
+/// `PutObject` answer carries no `Last-Modified`, and reading it back cost a second round trip
+/// on every slot create.
+#[tokio::test]
+async fn a_mutation_is_one_request_dated_by_the_buckets_answer() {
+    let (endpoint, seen) = dated_server("Sun, 06 Nov 1994 08:49:37 GMT").await;
+    let config = S3Config {
+        endpoint: Some(endpoint),
+        region: Some("us-east-1".into()),
+        force_path_style: true,
+        read_attempts: 1,
+        ..S3Config::new("quire-test")
+    };
+    let store = S3Store::with_static_credentials(config, "quire-test", "quire-test").unwrap();
+    let answered = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777);
+
+    let created = store.create("k", Bytes::from_static(b"v")).await.unwrap();
+    assert_eq!(created.modified, answered);
+    assert_eq!(created.generation.as_str(), "\"0123\"");
+    assert_eq!(created.size, 1);
+    let replaced = store
+        .replace("k", &created.generation, Bytes::from_static(b"vv"))
+        .await
+        .unwrap();
+    assert_eq!(replaced.modified, answered);
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "one request per mutation: {seen:?}");
+    assert!(seen.iter().all(|line| line.starts_with("PUT ")), "{seen:?}");
 }

@@ -13,7 +13,7 @@ use common::committers::*;
 use common::*;
 use futures::future::join_all;
 use quire_blob::memory::MemoryStore;
-use quire_blob::{BlobStore, Fault, FaultRule, Op, Simulated};
+use quire_blob::{BlobStore, Fault, FaultRule, LatencyProfile, Op, Simulated};
 use quire_log::build::Mutation;
 use quire_log::commit::{CommitRequest, Committer, Outcome};
 use quire_log::{DocPath, ErrorKind, Result, WorldState};
@@ -149,6 +149,50 @@ async fn batch_sizes_grow_under_a_deep_queue() {
         .collect();
     sequences.sort_unstable();
     assert_eq!(sequences, (62..262).collect::<Vec<_>>());
+}
+
+/// Closed-loop writers answered by a slot come back a moment later (each thinks 0.05-1.2 ms,
+/// as a client's round trip; a slot create takes 20 ms, a read 1). Sealing at once, the
+/// writers that miss one slot ride the next one alone, and the store alternates between
+/// slots of the many and slots of the few; waiting a moment after each win (`gather`) for as
+/// many writers as it answered puts them back in one slot.
+#[tokio::test(start_paused = true)]
+async fn writers_a_slot_answered_ride_the_next_one() {
+    async fn slots_for(gather: Duration) -> (u64, Vec<usize>) {
+        let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+        let store = Arc::new(
+            Simulated::new(memory, 7)
+                .with_latency(Op::Create, LatencyProfile::Fixed(Duration::from_millis(20)))
+                .with_latency(Op::Get, LatencyProfile::Fixed(Duration::from_millis(1))),
+        );
+        let c = start(store, WorldState::genesis(WORLD), 1, |c| c.gather = gather);
+        let writers = (0..24u64).map(|w| {
+            let c = c.clone();
+            async move {
+                for round in 0..20 {
+                    // Simulated think time on the paused clock: the writer's own round trip.
+                    tokio::time::sleep(Duration::from_micros(50 * (w + 1))).await;
+                    submit(&c, publish(&format!("/w{w}/{round}.md"), "x"))
+                        .await
+                        .unwrap();
+                }
+            }
+        });
+        join_all(writers).await;
+        let stats = c.stats();
+        (stats.slots_won, stats.batch_sizes)
+    }
+    let (gathered, sizes) = slots_for(Duration::from_millis(2)).await;
+    let (at_once, at_once_sizes) = slots_for(Duration::ZERO).await;
+    // 480 writes. Sealing at once: slots of 20 and of the 4 that missed them, by turns.
+    assert!(
+        at_once >= 38,
+        "{at_once} slots sealed at once: {at_once_sizes:?}"
+    );
+    assert!(at_once_sizes.iter().all(|&n| n < 24), "{at_once_sizes:?}");
+    // Gathering: every writer rides one slot, and a quarter fewer slots carry the writes.
+    assert!(gathered <= 32, "{gathered} slots gathering: {sizes:?}");
+    assert!(sizes.contains(&24), "{sizes:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -21,7 +21,9 @@
 //!    [`CommitterConfig::batch_start`] and doubles up to [`CommitterConfig::batch_max`]
 //!    while batches fill and the queue stays deep; a short batch resets it.
 //!
-//!    A batch is sealed into its slot when it reaches the front with nothing in flight. It
+//!    A batch is sealed into its slot when it reaches the front with nothing in flight (after
+//!    a win, it may first wait a fraction of a create for as many writers as the win
+//!    answered: [`CommitterConfig::gather`]). It
 //!    takes in the batches behind it while the slot has room (each was built on the one
 //!    before), so writes that arrive while slot `k` is being created, or while the store
 //!    holds for a peer, ride slot `k + 1`.
@@ -260,6 +262,11 @@ pub struct CommitterConfig {
     /// it takes that name, and its slot, which names its store, tells this store a peer is
     /// there. Zero never pauses.
     pub listen_every: Duration,
+    /// After a win, the longest the next slot waits for as many writers as that slot
+    /// answered (at most a quarter of this store's slot-create latency): writers that come
+    /// straight back after their answer then ride the next slot, rather than the one after
+    /// it, for a fraction of a create's wait. Zero seals at once.
+    pub gather: Duration,
     /// The longest a store that learned a peer lost a slot to it holds its next create,
     /// giving the peer the next name (see [`Committer::follow`]); in the rotation of
     /// contending stores, the length of a turn until this store has measured its own slot
@@ -295,6 +302,7 @@ impl Default for CommitterConfig {
             yield_jitter: Duration::from_millis(15),
             unhinted_yield_creates: 2,
             listen_every: Duration::from_secs(1),
+            gather: Duration::from_millis(2),
             handoff_wait: Duration::from_millis(50),
             create_attempts: 12,
             backoff_base: Duration::from_millis(100),

@@ -56,6 +56,9 @@ pub(super) struct Actor {
     pub(super) limit: usize,
     yield_until: Option<Instant>,
     handoff_until: Option<Instant>,
+    /// After a win: until when the next seal waits for this many members (see
+    /// [`CommitterConfig::gather`](super::CommitterConfig::gather)).
+    gather: Option<(Instant, usize)>,
     /// When a peer last contended for this store's names with hints flowing: lost a slot
     /// to it, beat it to one, or took a turn it was offered.
     pub(super) contended: Option<Instant>,
@@ -137,6 +140,7 @@ impl Actor {
             limit,
             yield_until: None,
             handoff_until: None,
+            gather: None,
             contended: None,
             writers: VecDeque::new(),
             tail_landed: Instant::now(),
@@ -259,6 +263,7 @@ impl Actor {
         self.yield_until = self.yield_until.filter(|until| *until > now);
         self.handoff_until = self.handoff_until.filter(|until| *until > now);
         self.turn_until = self.turn_until.filter(|until| *until > now);
+        self.gather = self.gather.filter(|(until, _)| *until > now);
         let next_deadline = self
             .queue
             .iter()
@@ -270,6 +275,7 @@ impl Actor {
             .into_iter()
             .chain(self.handoff_until)
             .chain(self.turn_until)
+            .chain(self.gather.map(|(until, _)| until))
             .max()
             .filter(|_| self.creating.is_none() && !self.batches.is_empty());
         let mut creating = self.creating.take();
@@ -536,6 +542,7 @@ impl Actor {
                 if self.yield_until.is_some_and(|until| now < until)
                     || self.handoff_until.is_some_and(|until| now < until)
                     || self.turn_until.is_some_and(|until| now < until)
+                    || self.gathering(now)
                 {
                     return;
                 }
@@ -568,6 +575,7 @@ impl Actor {
                 self.yield_until = None;
                 self.handoff_until = None;
                 self.turn_until = None;
+                self.gather = None;
                 let sealed = self.seal(front);
                 let size = front.members.len();
                 let short = size < front.cap;
@@ -642,6 +650,17 @@ impl Actor {
         }
     }
 
+    /// Whether the next seal still waits for writers after a win: the window is open and
+    /// fewer members wait, queued or built, than the win answered.
+    fn gathering(&self, now: Instant) -> bool {
+        let Some((until, wanted)) = self.gather else {
+            return false;
+        };
+        let waiting =
+            self.queue.len() + self.batches.iter().map(|b| b.members.len()).sum::<usize>();
+        now < until && waiting < wanted
+    }
+
     async fn on_created(&mut self, outcome: CreateOutcome) {
         let Some(front) = self.batches.pop_front() else {
             return;
@@ -689,7 +708,13 @@ impl Actor {
                         self.staged.remove(hash);
                     }
                 }
+                let answered = front.members.len();
                 answer_batch(front, first);
+                let window = self.shared.gather_window();
+                if !window.is_zero() {
+                    self.gather =
+                        Some((Instant::now() + window, answered.min(self.batch_ceiling())));
+                }
                 let me = self.shared.config.store;
                 self.tail_moved([me], Instant::now());
                 let contending = self

@@ -153,6 +153,19 @@ impl Shared {
         self.unhinted_yield()
     }
 
+    /// How long the next seal may wait for writers after a win: a quarter of a slot create,
+    /// at most [`CommitterConfig::gather`](super::CommitterConfig::gather); nothing until a
+    /// create was timed.
+    pub(super) fn gather_window(&self) -> Duration {
+        let create = self
+            .latencies
+            .lock()
+            .expect("latency lock poisoned")
+            .create
+            .unwrap_or_default();
+        self.config.gather.min(create / 4)
+    }
+
     /// How long a store that saw no peer leaves a name free: two slot creates, so a peer
     /// that lost the name before (and read the slot that beat it) lands first.
     pub(super) fn listening_pause(&self) -> Duration {
