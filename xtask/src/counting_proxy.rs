@@ -94,14 +94,19 @@ impl CountingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address: SocketAddr = listener.local_addr()?;
         let counters = Arc::new(Counters::default());
+        // No Nagle on either side: a request or answer written in pieces must not wait for
+        // the peer's delayed ACK, or the proxy would add latency the bucket does not have.
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
         let client: Client<HttpConnector, ProxyBody> =
-            Client::builder(TokioExecutor::new()).build_http();
+            Client::builder(TokioExecutor::new()).build(connector);
         let shared = counters.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                let _ = stream.set_nodelay(true);
                 let (client, counters, authority) =
                     (client.clone(), shared.clone(), authority.clone());
                 tokio::spawn(async move {
