@@ -297,6 +297,12 @@ impl BodySearch {
                         p.status.builds += 1;
                     });
                     tokio::spawn(work(self.inner.clone(), Arc::downgrade(source)));
+                    // The answer filters through the snapshot's catalog: build it beside the
+                    // index's download or build rather than after it.
+                    let warming = snapshot.clone();
+                    tokio::task::spawn_blocking(move || {
+                        warming.catalog();
+                    });
                 }
             }
         }
