@@ -13,8 +13,9 @@
 //! # Indexes
 //!
 //! - `tags`: (lowercased tag, path) pairs — a term's tag matches are one range.
-//! - `grams`: (trigram, path) pairs over each lowercased title padded at its end with two
-//!   marks, so every character starts one trigram. A term of three or more characters is
+//! - `grams`: trigram → paths, over each lowercased title padded at its end with two
+//!   marks, so every character starts one trigram (one set per trigram: an insert compares
+//!   paths only within its trigram, and a trigram's count is its set's length). A term of three or more characters is
 //!   looked up under its rarest trigram and confirmed on the title; a shorter term is a prefix
 //!   of the trigram starting where it occurs, so its candidates are one range of trigrams
 //!   starting with it.
@@ -120,7 +121,7 @@ pub struct CatalogMatch {
 pub struct CatalogIndex {
     docs: OrdMap<DocPath, Indexed>,
     tags: OrdSet<Pair>,
-    grams: OrdSet<Pair>,
+    grams: OrdMap<Arc<str>, OrdSet<Arc<str>>>,
     ranked: OrdSet<RankKey>,
 }
 
@@ -152,13 +153,13 @@ impl CatalogIndex {
             .collect();
         std::thread::scope(|scope| {
             let grams = scope.spawn(|| {
-                let mut grams = OrdSet::new();
+                let mut by_gram: HashMap<Arc<str>, OrdSet<Arc<str>>> = HashMap::new();
                 for (_, key, entry) in &entries {
                     for gram in entry.grams() {
-                        grams.insert((gram, key.clone()));
+                        by_gram.entry(gram).or_default().insert(key.clone());
                     }
                 }
-                grams
+                by_gram.into_iter().collect::<OrdMap<_, _>>()
             });
             let mut index = CatalogIndex::new();
             for (path, key, entry) in &entries {
@@ -213,7 +214,7 @@ impl CatalogIndex {
             self.tags.insert((tag.clone(), key.clone()));
         }
         for gram in entry.grams() {
-            self.grams.insert((gram, key.clone()));
+            self.grams.entry(gram).or_default().insert(key.clone());
         }
         self.ranked.insert(entry.rank(&key));
         self.docs.insert(path.clone(), entry);
@@ -229,7 +230,13 @@ impl CatalogIndex {
             self.tags.remove(&(tag.clone(), key.clone()));
         }
         for gram in old.grams() {
-            self.grams.remove(&(gram, key.clone()));
+            let emptied = self.grams.get_mut(&gram).is_some_and(|paths| {
+                paths.remove(&key);
+                paths.is_empty()
+            });
+            if emptied {
+                self.grams.remove(&gram);
+            }
         }
         self.ranked.remove(&old.rank(&key));
     }
@@ -313,22 +320,23 @@ impl CatalogIndex {
             return out;
         }
         let mut candidates: Vec<Arc<str>> = if chars.len() < 3 {
-            pairs_with_first(&self.grams, word, false).collect()
+            // Every trigram starting with the term.
+            self.grams
+                .range::<_, str>((Bound::Included(word), Bound::Unbounded))
+                .take_while(|(gram, _)| gram.starts_with(word))
+                .flat_map(|(_, paths)| paths.iter().cloned())
+                .collect()
         } else {
-            // The rarest trigram bounds the candidates; count each only as far as the best.
-            let mut best: Option<(usize, String)> = None;
-            for window in chars.windows(3) {
-                let gram: String = window.iter().collect();
-                let limit = best.as_ref().map_or(usize::MAX, |(n, _)| *n);
-                let count = pairs_with_first(&self.grams, &gram, true)
-                    .take(limit)
-                    .count();
-                if count < limit {
-                    best = Some((count, gram));
-                }
-            }
-            match best {
-                Some((_, gram)) => pairs_with_first(&self.grams, &gram, true).collect(),
+            // The rarest trigram bounds the candidates.
+            let rarest = chars
+                .windows(3)
+                .map(|window| {
+                    let gram: String = window.iter().collect();
+                    self.grams.get(gram.as_str())
+                })
+                .min_by_key(|paths| paths.map_or(0, OrdSet::len));
+            match rarest.flatten() {
+                Some(paths) => paths.iter().cloned().collect(),
                 None => Vec::new(),
             }
         };
@@ -443,7 +451,8 @@ mod tests {
         assert_eq!(built.tags, upserted.tags);
         assert_eq!(built.grams, upserted.grams);
         assert_eq!(built.ranked, upserted.ranked);
-        assert!(built.grams.len() > 3000, "{} grams", built.grams.len());
+        let pairs: usize = built.grams.values().map(OrdSet::len).sum();
+        assert!(pairs > 3000, "{pairs} (trigram, path) pairs");
     }
 
     #[test]
