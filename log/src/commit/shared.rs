@@ -153,40 +153,34 @@ impl Shared {
         self.unhinted_yield()
     }
 
+    /// This store's recent slot-create latency (zero until a create was timed).
+    fn create_latency(&self) -> Duration {
+        self.latencies
+            .lock()
+            .expect("latency lock poisoned")
+            .create
+            .unwrap_or_default()
+    }
+
     /// How long the next seal may wait for writers after a win: a quarter of a slot create,
     /// at most [`CommitterConfig::gather`](super::CommitterConfig::gather); nothing until a
     /// create was timed.
     pub(super) fn gather_window(&self) -> Duration {
-        let create = self
-            .latencies
-            .lock()
-            .expect("latency lock poisoned")
-            .create
-            .unwrap_or_default();
+        let create = self.create_latency();
         self.config.gather.min(create / 4)
     }
 
     /// How long a store that saw no peer leaves a name free: two slot creates, so a peer
     /// that lost the name before (and read the slot that beat it) lands first.
     pub(super) fn listening_pause(&self) -> Duration {
-        let create = self
-            .latencies
-            .lock()
-            .expect("latency lock poisoned")
-            .create
-            .unwrap_or_default();
+        let create = self.create_latency();
         self.config.yield_jitter.max(create * 2)
     }
 
     /// The longest pause after a win without hints.
     fn unhinted_yield(&self) -> Duration {
         let hinted = self.config.yield_jitter;
-        let create = self
-            .latencies
-            .lock()
-            .expect("latency lock poisoned")
-            .create
-            .unwrap_or_default();
+        let create = self.create_latency();
         hinted.max(create * self.config.unhinted_yield_creates)
     }
 
