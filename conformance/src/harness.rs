@@ -21,6 +21,24 @@ use crate::report::{CaseError, Outcome, SuiteReport};
 /// Where every suite's clock starts: 2026-01-01T00:00:00Z.
 pub const SUITE_EPOCH: Timestamp = Timestamp(1_767_225_600);
 
+/// The longest one case may take: a case that outlives it fails, naming itself, and the suite
+/// goes on, so a hang is a finding with its place rather than a run held to its limit.
+pub(crate) const CASE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs one case under [`CASE_DEADLINE`].
+pub(crate) async fn within_deadline<T>(
+    case: impl Future<Output = T>,
+    timed_out: impl FnOnce() -> T,
+) -> T {
+    tokio::time::timeout(CASE_DEADLINE, case)
+        .await
+        .unwrap_or_else(|_| timed_out())
+}
+
+pub(crate) fn overran() -> String {
+    format!("did not finish within {CASE_DEADLINE:?}")
+}
+
 /// Overwrites the stored bytes of one version behind the store's back (to prove that reads
 /// and chain verification notice).
 pub type Tamper =
@@ -267,7 +285,7 @@ pub(crate) async fn run_cases(
                     tamper: site.tamper,
                     clock,
                 };
-                let result = case(ctx).await;
+                let result = within_deadline(case(ctx), || Err(CaseError::Failed(overran()))).await;
                 store.close().await;
                 Outcome::from(result)
             }

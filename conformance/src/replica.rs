@@ -14,7 +14,8 @@ use quire_backend::{CatalogQuery, Ctx, ErrorKind, Hash, ListOptions, SEARCH_FRES
 use quire_log::ManualClock;
 
 use crate::harness::{
-    ReplicaFactory, ReplicaWorld, SUITE_EPOCH, ViewPerCall, ensure, expect_kind, names, ok, paths,
+    ReplicaFactory, ReplicaWorld, SUITE_EPOCH, ViewPerCall, ensure, expect_kind, names, ok,
+    overran, paths, within_deadline,
 };
 use crate::report::{Outcome, SuiteReport};
 
@@ -77,7 +78,7 @@ pub async fn run_replica_suite(factory: &dyn ReplicaFactory, load: ReplicaLoad) 
         let clock = Arc::new(ManualClock::new(SUITE_EPOCH));
         let outcome = match factory.open_world(clock).await {
             Err(why) => Outcome::Failed(format!("opening a world: {why}")),
-            Ok(world) => match case(world, load).await {
+            Ok(world) => match within_deadline(case(world, load), || Err(overran())).await {
                 Ok(()) => Outcome::Passed,
                 Err(why) => Outcome::Failed(why),
             },

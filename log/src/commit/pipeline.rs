@@ -112,6 +112,14 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
+/// When a front held by pauses looks again, given the ends of the pauses it last saw: at the
+/// latest end, or at once when every one has ended since. The front judged them with an
+/// earlier reading of the clock than this one, so a pause it saw running may be over now: its
+/// end must still wake the front, which waits for nothing else (no request, no create).
+fn front_wakeup(ends: impl Iterator<Item = Instant>, now: Instant) -> Option<Instant> {
+    ends.max().map(|end| end.max(now))
+}
+
 /// Races lost in a row after which a store takes itself to trail the log by more than a
 /// slot and jumps to its end by listing. Under fair contention between three stores, losing
 /// two in a row is common and a listing would only cost a turn.
@@ -257,9 +265,17 @@ impl Actor {
 
     /// Waits for the next thing that can move the committer forward.
     pub(super) async fn wait(&mut self) {
+        let now = Instant::now();
+        let pauses = [
+            self.yield_until,
+            self.handoff_until,
+            self.turn_until,
+            self.gather.map(|(until, _)| until),
+        ];
+        let hold_until = front_wakeup(pauses.into_iter().flatten(), now)
+            .filter(|_| self.creating.is_none() && !self.batches.is_empty());
         // A pause that has passed must not stay armed: its timer would fire at once, forever,
         // while the front waits on something else (a paused clock would never advance).
-        let now = Instant::now();
         self.yield_until = self.yield_until.filter(|until| *until > now);
         self.handoff_until = self.handoff_until.filter(|until| *until > now);
         self.turn_until = self.turn_until.filter(|until| *until > now);
@@ -270,14 +286,6 @@ impl Actor {
             .filter(|p| p.ticket.load(Ordering::SeqCst) == QUEUED)
             .filter_map(|p| p.request.deadline)
             .min();
-        let hold_until = self
-            .yield_until
-            .into_iter()
-            .chain(self.handoff_until)
-            .chain(self.turn_until)
-            .chain(self.gather.map(|(until, _)| until))
-            .max()
-            .filter(|_| self.creating.is_none() && !self.batches.is_empty());
         let mut creating = self.creating.take();
         let mut peek = self.peek.take();
         // Biased, so a run replays from its seed (tokio's random branch order is not
@@ -856,5 +864,30 @@ impl Actor {
         for pending in later.into_iter().rev() {
             self.queue.push_front(pending);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::front_wakeup;
+
+    #[test]
+    fn a_pause_that_ended_since_the_front_looked_still_wakes_it_at_once() {
+        let now = Instant::now();
+        let ended = now - Duration::from_micros(230);
+        assert_eq!(front_wakeup([ended].into_iter(), now), Some(now));
+    }
+
+    #[test]
+    fn the_front_wakes_when_its_last_pause_ends_and_never_without_one() {
+        let now = Instant::now();
+        let later = now + Duration::from_millis(5);
+        let ended = now - Duration::from_millis(1);
+        assert_eq!(front_wakeup([ended, later].into_iter(), now), Some(later));
+        assert_eq!(front_wakeup(std::iter::empty(), now), None);
     }
 }
