@@ -8,7 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
 
 use quire_backend::{CatalogQuery, Ctx, ErrorKind, Hash, ListOptions, SEARCH_FRESHNESS, Store};
 use quire_log::ManualClock;
@@ -71,21 +74,69 @@ pub fn replica_case_names() -> Vec<&'static str> {
     CASES.iter().map(|(name, _)| *name).collect()
 }
 
-/// Runs every replica case, each on a fresh world from `factory`.
+/// Runs every replica case, each on a fresh world from `factory`, closing every replica the
+/// case opened after it (so no committer of one case runs on beside the next).
 pub async fn run_replica_suite(factory: &dyn ReplicaFactory, load: ReplicaLoad) -> SuiteReport {
     let mut outcomes = Vec::new();
     for (name, case) in CASES {
         let clock = Arc::new(ManualClock::new(SUITE_EPOCH));
         let outcome = match factory.open_world(clock).await {
             Err(why) => Outcome::Failed(format!("opening a world: {why}")),
-            Ok(world) => match within_deadline(case(world, load), || Err(overran())).await {
-                Ok(()) => Outcome::Passed,
-                Err(why) => Outcome::Failed(why),
-            },
+            Ok(world) => {
+                let opened = Opened::default();
+                let world = Box::new(Tracked {
+                    world,
+                    opened: opened.clone(),
+                });
+                let result = within_deadline(case(world, load), || Err(overran())).await;
+                opened.close_all().await;
+                match result {
+                    Ok(()) => Outcome::Passed,
+                    Err(why) => Outcome::Failed(why),
+                }
+            }
         };
         outcomes.push((*name, outcome));
     }
     SuiteReport { outcomes }
+}
+
+/// The replicas a case opened.
+#[derive(Clone, Default)]
+struct Opened(Arc<Mutex<Vec<Arc<dyn Store>>>>);
+
+impl Opened {
+    async fn close_all(&self) {
+        let stores = std::mem::take(&mut *self.0.lock().expect("replica list poisoned"));
+        // Closing is idempotent: a single-writer world's one store, handed out many times,
+        // may be closed many times.
+        for store in stores {
+            store.close().await;
+        }
+    }
+}
+
+/// A world that remembers every replica it hands out.
+struct Tracked {
+    world: Box<dyn ReplicaWorld>,
+    opened: Opened,
+}
+
+#[async_trait]
+impl ReplicaWorld for Tracked {
+    async fn replica(&self) -> Result<Arc<dyn Store>, String> {
+        let store = self.world.replica().await?;
+        self.opened
+            .0
+            .lock()
+            .expect("replica list poisoned")
+            .push(store.clone());
+        Ok(store)
+    }
+
+    fn lapse(&self, by: Duration) {
+        self.world.lapse(by);
+    }
 }
 
 async fn pair(world: &dyn ReplicaWorld) -> Result<(ViewPerCall, ViewPerCall), String> {
