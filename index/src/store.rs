@@ -599,6 +599,9 @@ struct Candidate {
     segment: u32,
     doc: DocId,
     catalog: bool,
+    /// The ordinal of its path in its segment's path column (ordinals follow path order):
+    /// set before candidates are named, so a run of ties is read in path order.
+    path_ord: u64,
 }
 
 impl PartialEq for Candidate {
@@ -956,7 +959,8 @@ impl Base {
                 }
             }
             let dropped = top.dropped;
-            let candidates = top.into_best_first();
+            let mut candidates = top.into_best_first();
+            self.order_ties_by_path(&mut candidates);
             let (rows, enough) = self.resolve(candidates, want, scope, query, catalog, &skip)?;
             if enough || !dropped {
                 return Ok(rows);
@@ -986,13 +990,38 @@ impl Base {
         let mut catalog_rows: HashSet<DocPath> = HashSet::new();
         let mut start = 0;
         let mut chunk = want.saturating_add(KEEP_MARGIN);
+        // The run of candidates with one score in one segment being read (in path order),
+        // its accepted rows and the path ordinal of the last.
+        let mut run: Option<(u64, u32)> = None;
+        let (mut run_rows, mut run_last_ord) = (0usize, 0u64);
         while start < candidates.len() {
             let end = start.saturating_add(chunk).min(candidates.len());
             let batch = &candidates[start..end];
             let names = self.names(batch)?;
-            for (c, name) in batch.iter().zip(names) {
+            let mut next = end;
+            for (at, (c, name)) in batch.iter().zip(names).enumerate() {
                 if best.len() >= want && best.peek().is_some_and(|m| c.score < m.0.0) {
                     return Ok((rows, true));
+                }
+                let key = (c.score.to_bits(), c.segment);
+                if run != Some(key) {
+                    run = Some(key);
+                    run_rows = 0;
+                }
+                if run_rows >= want
+                    && c.path_ord > run_last_ord
+                    && best.peek().is_some_and(|m| c.score <= m.0.0)
+                {
+                    // The rest of this run ties at best, behind `want` rows of the same
+                    // score with earlier paths: none of it can be among the first `want`
+                    // (rows that tie order by path). A common word's catalog answers are
+                    // such a run of thousands.
+                    let from = start + at;
+                    next = candidates[from..]
+                        .iter()
+                        .position(|x| (x.score.to_bits(), x.segment) != key)
+                        .map_or(candidates.len(), |n| from + n);
+                    break;
                 }
                 let Some((path, anchor)) = name else {
                     continue;
@@ -1013,6 +1042,8 @@ impl Base {
                 if best.len() > want {
                     best.pop();
                 }
+                run_rows += 1;
+                run_last_ord = c.path_ord;
                 rows.push(Ranked {
                     score,
                     path,
@@ -1025,11 +1056,28 @@ impl Base {
                     },
                 });
             }
-            start = end;
+            start = next;
             chunk = chunk.saturating_mul(2);
         }
         let enough = best.len() >= want;
         Ok((rows, enough))
+    }
+
+    /// Orders each run of candidates with one score in one segment by path (best first
+    /// otherwise), reading only path ordinals, so [`Self::resolve`] can stop a run once it
+    /// holds enough rows.
+    fn order_ties_by_path(&self, candidates: &mut [Candidate]) {
+        for c in candidates.iter_mut() {
+            let paths = &self.columns[c.segment as usize].paths;
+            c.path_ord = paths.ords().first(c.doc).unwrap_or(u64::MAX);
+        }
+        candidates.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.segment.cmp(&b.segment))
+                .then_with(|| a.path_ord.cmp(&b.path_ord))
+                .then_with(|| a.doc.cmp(&b.doc))
+        });
     }
 
     /// The path and anchor (empty for a catalog answer) of each of `batch`, in its order;
@@ -1280,6 +1328,7 @@ impl Base {
                     segment: number,
                     doc,
                     catalog: true,
+                    path_ord: 0,
                 });
                 continue;
             }
@@ -1298,6 +1347,7 @@ impl Base {
                 segment: number,
                 doc,
                 catalog: false,
+                path_ord: 0,
             });
         }
         Ok(())
@@ -1442,6 +1492,7 @@ mod tests {
             segment: 0,
             doc,
             catalog: false,
+            path_ord: 0,
         }
     }
 

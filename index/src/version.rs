@@ -504,6 +504,47 @@ mod tests_support {
         }
     }
 
+    /// A common word's answers tie by the hundred: the stored base reads each run of ties in
+    /// path order and stops it once it holds enough rows. Paths added out of order, over
+    /// several segments, with two tying sections per document (doc order is not anchor
+    /// order): at every cap the rows
+    /// are the memory index's.
+    #[test]
+    fn runs_of_tied_rows_stop_early_and_change_no_answer() {
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        let docs: Vec<Doc> = (0..240)
+            .map(|i| (i * 97) % 240)
+            .map(|i| {
+                (
+                    leak(format!("/tie/{i:03}.md")),
+                    vec![("tags", "hot")],
+                    "# Zeta\n\nhot words\n\n# Alpha\n\nhot words\n".to_owned(),
+                )
+            })
+            .collect();
+        let mut oracle = SectionIndex::new();
+        let mut catalog = CatalogIndex::new();
+        let store = SectionStore::create(None).unwrap();
+        for (i, doc) in docs.iter().enumerate() {
+            let (path, entry, key) = parts(doc);
+            catalog.upsert(&path, entry, Timestamp(1));
+            oracle.upsert(&path, key.clone(), &doc.2);
+            store.add(&path, key, &doc.2).unwrap();
+            if i % 80 == 79 {
+                store.commit(i as u64).unwrap();
+            }
+        }
+        let version = IndexVersion::new(Some(store.commit(1000).unwrap()));
+        for text in ["hot", "words", "hot words", "\"hot words\"", "ho*"] {
+            for max in [1, 2, 3, 10, 65, 100, 0] {
+                let q = CatalogQuery::new(text).max(max);
+                let got = version.lookup(&q, &catalog).unwrap();
+                assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
+                assert!(!got.is_empty(), "{q:?}");
+            }
+        }
+    }
+
     #[test]
     fn a_folded_delta_answers_as_before() {
         let docs = corpus();
