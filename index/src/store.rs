@@ -14,7 +14,8 @@
 //!   are handed to tantivy joined by spaces under its whitespace tokenizer.
 //! - **Queries** keep only the best rows while reading postings (the cap and a margin, every
 //!   tie included): only those are named (in ordinal order, a batch at a time), checked
-//!   against the catalog and read from the store. Postings are read in two passes: first the
+//!   against the catalog and read from the store. Ties are named in path order, one run of
+//!   one score in one segment at a time, and a run stops once it holds the cap. Postings are read in two passes: first the
 //!   sections some term meets in a trail or an entry (boosted, so they score highest), then
 //!   the sections only text meets — skipped when the kept rows all beat the best such a
 //!   section could score, and any section is skipped before its columns are read when its
@@ -762,7 +763,7 @@ impl Base {
         self.searcher.num_docs()
     }
 
-    fn segments(&self) -> &[SegmentReader] {
+    pub(crate) fn segments(&self) -> &[SegmentReader] {
         self.searcher.segment_readers()
     }
 

@@ -327,6 +327,15 @@ mod tests_support {
         docs: &[Doc],
         in_base: usize,
     ) -> (SectionIndex, CatalogIndex, IndexVersion) {
+        build_in_segments(docs, in_base, usize::MAX)
+    }
+
+    /// As [`build`], the base committed every `per_segment` documents (a segment each).
+    pub(super) fn build_in_segments(
+        docs: &[Doc],
+        in_base: usize,
+        per_segment: usize,
+    ) -> (SectionIndex, CatalogIndex, IndexVersion) {
         let mut oracle = SectionIndex::new();
         let mut catalog = CatalogIndex::new();
         let store = SectionStore::create(None).unwrap();
@@ -336,6 +345,9 @@ mod tests_support {
             oracle.upsert(&path, key.clone(), &doc.2);
             if i < in_base {
                 store.add(&path, key, &doc.2).unwrap();
+                if i % per_segment == per_segment - 1 && i + 1 < in_base {
+                    store.commit(i as u64).unwrap();
+                }
             }
         }
         let mut version = IndexVersion::new(Some(store.commit(7).unwrap()));
@@ -522,19 +534,8 @@ mod tests_support {
                 )
             })
             .collect();
-        let mut oracle = SectionIndex::new();
-        let mut catalog = CatalogIndex::new();
-        let store = SectionStore::create(None).unwrap();
-        for (i, doc) in docs.iter().enumerate() {
-            let (path, entry, key) = parts(doc);
-            catalog.upsert(&path, entry, Timestamp(1));
-            oracle.upsert(&path, key.clone(), &doc.2);
-            store.add(&path, key, &doc.2).unwrap();
-            if i % 80 == 79 {
-                store.commit(i as u64).unwrap();
-            }
-        }
-        let version = IndexVersion::new(Some(store.commit(1000).unwrap()));
+        let (oracle, catalog, version) = build_in_segments(&docs, docs.len(), 80);
+        assert_eq!(version.base().unwrap().segments().len(), 3);
         for text in ["hot", "words", "hot words", "\"hot words\"", "ho*"] {
             for max in [1, 2, 3, 10, 65, 100, 0] {
                 let q = CatalogQuery::new(text).max(max);
