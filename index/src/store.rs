@@ -28,9 +28,8 @@
 //! A [`Base`] is one commit: a tantivy searcher, so it stays valid (its files kept) while it
 //! is held, whatever the writer commits or merges meanwhile.
 //!
-//! This file is long (about 1,500 lines) because the schema, the writer, copies
-//! ([`Export`]/[`Import`]) and the search of a [`Base`] share the field handles and their
-//! tests; copies and the query half (scoring, the kept rows, phrases) are the planned split.
+//! The rows a search keeps are in `store/kept.rs`; the walk over one segment's postings is in
+//! `store/walk.rs`.
 
 use std::collections::{BinaryHeap, HashSet};
 use std::fmt;
@@ -42,7 +41,7 @@ use std::io::Write;
 use tantivy::columnar::{Column, StrColumn};
 
 use tantivy::directory::{Directory, MmapDirectory, RamDirectory, TerminatingWrite};
-use tantivy::postings::{Postings, SegmentPostings};
+use tantivy::postings::SegmentPostings;
 use tantivy::schema::{
     FAST, Field, IndexRecordOption, STORED, STRING, Schema, TantivyDocument, TextFieldIndexing,
     TextOptions, Value,
@@ -52,12 +51,14 @@ use tantivy::{
     Term as TantivyTerm,
 };
 
-use crate::body::{
-    self, EntryKey, IndexedDoc, Ranked, Ranking, Source, catalog_score, prior, term_score,
-};
+use crate::body::{self, EntryKey, IndexedDoc, Ranked, Ranking, Source, prior};
 use crate::catalog::CatalogIndex;
 use crate::query::CatalogQuery;
 use crate::tokens::{self, MAX_PREFIX_EXPANSION, Term};
+
+mod kept;
+mod walk;
+use kept::{Candidate, KEEP_MARGIN, OrdF64, Top, below, text_only_bound};
 
 /// Memory the writer may buffer before it writes a segment.
 const WRITER_BUDGET: usize = 50_000_000;
@@ -574,175 +575,12 @@ struct Need {
     groups: Vec<Vec<List>>,
 }
 
-/// Moves `list` to `doc` (if it is behind) and tells whether it holds it.
-fn at(list: &mut List, doc: DocId) -> bool {
-    if list.postings.doc() < doc {
-        list.postings.seek(doc);
-    }
-    list.postings.doc() == doc
-}
-
-/// What one term found in one candidate section.
-#[derive(Clone, Copy, Default)]
-struct Met {
-    count: u32,
-    trail: bool,
-    entry: bool,
-}
-
-/// A scored candidate before its path is known.
-#[derive(Clone, Copy)]
-struct Candidate {
-    /// The final score, with the stored prior.
-    score: f64,
-    /// The score before the prior.
-    raw: f64,
-    segment: u32,
-    doc: DocId,
-    catalog: bool,
-    /// The ordinal of its path in its segment's path column (ordinals follow path order):
-    /// set before candidates are named, so a run of ties is read in path order.
-    path_ord: u64,
-}
-
-impl PartialEq for Candidate {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-impl Eq for Candidate {}
-impl PartialOrd for Candidate {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Candidate {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.score
-            .total_cmp(&other.score)
-            .then_with(|| other.segment.cmp(&self.segment))
-            .then_with(|| other.doc.cmp(&self.doc))
-    }
-}
-
 /// The two passes over a commit's postings: first the sections some term meets in a trail
 /// or an entry (the boosted ones, which score highest), then the rest, which only text meets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pass {
     Boosted,
     TextOnly,
-}
-
-/// The highest prior (importance 1, no journal demotion).
-const MAX_PRIOR: f64 = 1.0;
-
-/// Whether a score of at most `bound` surely ranks below `threshold` (with a margin for
-/// rounding, so a tie is never left out).
-fn below(bound: f64, threshold: f64) -> bool {
-    bound * (1.0 + 1e-9) < threshold
-}
-
-/// The most a section met by every term in its text only can score: each term at the
-/// capped frequency in the shortest section, at the highest prior.
-fn text_only_bound(stats: &Ranking) -> f64 {
-    stats
-        .idf
-        .iter()
-        .map(|idf| term_score(*idf, body::MAX_TF, false, false, 0, stats.average))
-        .sum::<f64>()
-        * MAX_PRIOR
-}
-
-/// Rows past the cap kept while reading postings, for rows the catalog or a skip refuses.
-const KEEP_MARGIN: usize = 64;
-
-/// The best candidates seen, at most `keep` of them plus every one tying with the worst kept
-/// (rows that tie order by path, which is not known yet).
-struct Top {
-    keep: usize,
-    /// A min-heap of the best.
-    heap: BinaryHeap<std::cmp::Reverse<Candidate>>,
-    /// Candidates with the score of the heap's worst that did not fit in it.
-    ties: Vec<Candidate>,
-    /// Whether a candidate was left out.
-    dropped: bool,
-}
-
-impl Top {
-    fn new(keep: usize) -> Top {
-        Top {
-            keep,
-            heap: BinaryHeap::new(),
-            ties: Vec::new(),
-            dropped: false,
-        }
-    }
-
-    fn push(&mut self, c: Candidate) {
-        if self.heap.len() < self.keep {
-            self.heap.push(std::cmp::Reverse(c));
-            return;
-        }
-        let Some(worst) = self.heap.peek().map(|w| w.0.score) else {
-            self.dropped = true;
-            return;
-        };
-        match c.score.total_cmp(&worst) {
-            std::cmp::Ordering::Less => self.dropped = true,
-            std::cmp::Ordering::Equal => self.ties.push(c),
-            std::cmp::Ordering::Greater => {
-                self.heap.push(std::cmp::Reverse(c));
-                let out = self.heap.pop().expect("a full heap").0;
-                let worst = self.heap.peek().map_or(out.score, |w| w.0.score);
-                if out.score.total_cmp(&worst).is_eq() {
-                    self.ties.push(out);
-                } else {
-                    self.dropped = true;
-                    self.ties.clear();
-                }
-            }
-        }
-    }
-
-    /// The worst kept score once `keep` are kept: a candidate scoring less is left out.
-    fn threshold(&self) -> Option<f64> {
-        if self.heap.len() < self.keep {
-            return None;
-        }
-        self.heap.peek().map(|w| w.0.score)
-    }
-
-    /// Everything kept, best first.
-    fn into_best_first(self) -> Vec<Candidate> {
-        let mut all: Vec<Candidate> = self.heap.into_iter().map(|c| c.0).collect();
-        all.extend(self.ties);
-        all.sort_by(|a, b| b.cmp(a));
-        all
-    }
-}
-
-/// How often the words of `lists` (a phrase's, in order) stand one after another in `doc`.
-fn phrase_at(lists: &mut [SegmentPostings], doc: DocId, positions: &mut Vec<Vec<u32>>) -> u32 {
-    positions.resize_with(lists.len(), Vec::new);
-    for (list, at) in lists.iter_mut().zip(positions.iter_mut()) {
-        if list.doc() < doc {
-            list.seek(doc);
-        }
-        if list.doc() != doc {
-            return 0;
-        }
-        at.clear();
-        list.positions(at);
-    }
-    let (first, rest) = positions.split_first().expect("a phrase has words");
-    first
-        .iter()
-        .filter(|p| {
-            rest.iter()
-                .enumerate()
-                .all(|(i, at)| at.binary_search(&(**p + i as u32 + 1)).is_ok())
-        })
-        .count() as u32
 }
 
 /// A row's stored fields.
@@ -1136,224 +974,6 @@ impl Base {
             .collect()
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn segment_candidates(
-        &self,
-        number: u32,
-        s: &SegmentReader,
-        terms: &[Term],
-        expansions: &[Vec<Arc<str>>],
-        stats: &Ranking,
-        scope: &str,
-        pass: Pass,
-        out: &mut Top,
-    ) -> StoreResult<()> {
-        let mut needs = Vec::with_capacity(terms.len());
-        for (i, term) in terms.iter().enumerate() {
-            match self.need(s, term, &expansions[i]) {
-                Some(need) => needs.push(need),
-                None => return Ok(()),
-            }
-        }
-        let mut scope_list = if scope == "/" {
-            None
-        } else {
-            let inv = s.inverted_index(self.fields.dirs)?;
-            let term = TantivyTerm::from_field_text(self.fields.dirs, scope);
-            match inv.read_postings(&term, IndexRecordOption::Basic)? {
-                Some(p) => Some(p),
-                None => return Ok(()),
-            }
-        };
-        let columns = &self.columns[number as usize];
-        let (lens, priors) = (&columns.lens, &columns.priors);
-        // Per phrase term, its words' positions in text, trail and entry.
-        let mut phrases: Vec<Option<[Option<Vec<SegmentPostings>>; 3]>> = terms
-            .iter()
-            .map(|t| match t {
-                Term::Phrase(words) => Some([
-                    self.phrase_lists(s, self.fields.text_runs, words),
-                    self.phrase_lists(s, self.fields.trail_runs, words),
-                    self.phrase_lists(s, self.fields.entry_runs, words),
-                ]),
-                _ => None,
-            })
-            .collect();
-        let mut positions: Vec<Vec<u32>> = Vec::new();
-        // Drive by the rarest group; every other group is asked about its documents.
-        let (drive_term, drive_group) = needs
-            .iter()
-            .enumerate()
-            .flat_map(|(i, n)| {
-                n.groups.iter().enumerate().map(move |(g, lists)| {
-                    (
-                        (i, g),
-                        lists
-                            .iter()
-                            .map(|l| u64::from(l.postings.doc_freq()))
-                            .sum::<u64>(),
-                    )
-                })
-            })
-            .min_by_key(|(_, cost)| *cost)
-            .map(|(at, _)| at)
-            .unwrap_or((0, 0));
-        let (mut driver, drive) = match pass {
-            Pass::TextOnly => (
-                std::mem::take(&mut needs[drive_term].groups[drive_group]),
-                Some((drive_term, drive_group)),
-            ),
-            // Every trail and entry list of every term, read apart from `needs`.
-            Pass::Boosted => {
-                let mut lists = Vec::new();
-                for (i, term) in terms.iter().enumerate() {
-                    let Some(need) = self.need(s, term, &expansions[i]) else {
-                        return Ok(());
-                    };
-                    lists.extend(
-                        need.groups
-                            .into_iter()
-                            .flatten()
-                            .filter(|l| l.kind != Kind::Text),
-                    );
-                }
-                (lists, None)
-            }
-        };
-        let mut met = vec![Met::default(); terms.len()];
-        loop {
-            let doc = driver
-                .iter()
-                .map(|l| l.postings.doc())
-                .min()
-                .unwrap_or(TERMINATED);
-            if doc == TERMINATED {
-                break;
-            }
-            let mut driven = Met::default();
-            for list in driver.iter_mut() {
-                if list.postings.doc() == doc {
-                    record(&mut driven, list);
-                    list.postings.advance();
-                }
-            }
-            if s.is_deleted(doc) {
-                continue;
-            }
-            if let Some(list) = scope_list.as_mut() {
-                if list.doc() < doc {
-                    list.seek(doc);
-                }
-                if list.doc() != doc {
-                    continue;
-                }
-            }
-            let mut all = true;
-            for (i, need) in needs.iter_mut().enumerate() {
-                let mut m = match drive {
-                    Some((t, _)) if t == i => driven,
-                    _ => Met::default(),
-                };
-                let mut groups_met = true;
-                for (g, lists) in need.groups.iter_mut().enumerate() {
-                    if drive == Some((i, g)) {
-                        continue;
-                    }
-                    let mut any = false;
-                    for list in lists.iter_mut() {
-                        if at(list, doc) {
-                            any = true;
-                            record(&mut m, list);
-                        }
-                    }
-                    groups_met &= any;
-                }
-                if !groups_met {
-                    all = false;
-                    break;
-                }
-                met[i] = m;
-            }
-            if !all {
-                continue;
-            }
-            // A section in some trail or entry list was a row of the boosted pass.
-            if pass == Pass::TextOnly && met.iter().any(|m| m.trail || m.entry) {
-                continue;
-            }
-            let mut gone = false;
-            for (i, lists) in phrases.iter_mut().enumerate() {
-                let Some([text, trail, entry]) = lists else {
-                    continue;
-                };
-                let mut count = |lists: &mut Option<Vec<SegmentPostings>>| {
-                    lists
-                        .as_mut()
-                        .map_or(0, |l| phrase_at(l, doc, &mut positions))
-                };
-                let m = Met {
-                    count: count(text).min(255),
-                    trail: count(trail) > 0,
-                    entry: count(entry) > 0,
-                };
-                gone |= m.count == 0 && !m.trail && !m.entry;
-                met[i] = m;
-            }
-            if gone {
-                continue;
-            }
-            // The best this section could score (shortest length, highest prior): when
-            // that misses the kept rows, its columns are not read.
-            if let Some(threshold) = out.threshold() {
-                let bound = if met.iter().all(|m| m.entry) {
-                    catalog_score(&stats.idf)
-                } else {
-                    met.iter()
-                        .zip(&stats.idf)
-                        .map(|(m, idf)| {
-                            term_score(*idf, m.count, m.trail, m.entry, 0, stats.average)
-                        })
-                        .sum::<f64>()
-                };
-                if below(bound * MAX_PRIOR, threshold) {
-                    out.dropped = true;
-                    continue;
-                }
-            }
-            let prior = priors.first(doc).unwrap_or(1.0);
-            if met.iter().all(|m| m.entry) {
-                let raw = catalog_score(&stats.idf);
-                out.push(Candidate {
-                    score: raw * prior,
-                    raw,
-                    segment: number,
-                    doc,
-                    catalog: true,
-                    path_ord: 0,
-                });
-                continue;
-            }
-            if !met.iter().any(|m| m.count > 0 || m.trail) {
-                continue;
-            }
-            let len = lens.first(doc).unwrap_or(0) as u32;
-            let raw = met
-                .iter()
-                .zip(&stats.idf)
-                .map(|(m, idf)| term_score(*idf, m.count, m.trail, m.entry, len, stats.average))
-                .sum::<f64>();
-            out.push(Candidate {
-                score: raw * prior,
-                raw,
-                segment: number,
-                doc,
-                catalog: false,
-                path_ord: 0,
-            });
-        }
-        Ok(())
-    }
-
     /// The anchor, heading and text a row from this commit shows (a catalog answer, `path`'s,
     /// shows its document's first section).
     pub(crate) fn stored(
@@ -1391,14 +1011,6 @@ impl Base {
             d = postings.advance();
         }
         Ok(doc)
-    }
-}
-
-fn record(m: &mut Met, list: &List) {
-    match list.kind {
-        Kind::Text => m.count = (m.count + list.postings.term_freq()).min(255),
-        Kind::Trail => m.trail = true,
-        Kind::Entry => m.entry = true,
     }
 }
 
@@ -1440,26 +1052,6 @@ fn in_order(
     Ok(())
 }
 
-/// An f64 ordered totally.
-#[derive(Clone, Copy, Debug)]
-struct OrdF64(f64);
-impl PartialEq for OrdF64 {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.total_cmp(&other.0).is_eq()
-    }
-}
-impl Eq for OrdF64 {}
-impl PartialOrd for OrdF64 {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for OrdF64 {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
 /// The prefix expansion of `stem` over a base and a delta: the most frequent tokens first,
 /// at most [`MAX_PREFIX_EXPANSION`].
 pub(crate) fn expand(
@@ -1480,46 +1072,4 @@ pub(crate) fn expand(
     found.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     found.truncate(MAX_PREFIX_EXPANSION);
     found.into_iter().map(|(t, _)| t).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn candidate(score: f64, doc: DocId) -> Candidate {
-        Candidate {
-            score,
-            raw: score,
-            segment: 0,
-            doc,
-            catalog: false,
-            path_ord: 0,
-        }
-    }
-
-    fn scores(top: Top) -> Vec<(u64, DocId)> {
-        top.into_best_first()
-            .iter()
-            .map(|c| (c.score as u64, c.doc))
-            .collect()
-    }
-
-    #[test]
-    fn top_keeps_the_best_and_every_tie_with_the_worst_kept() {
-        let mut top = Top::new(2);
-        for (score, doc) in [(1.0, 0), (5.0, 1), (3.0, 2), (3.0, 3), (3.0, 4), (2.0, 5)] {
-            top.push(candidate(score, doc));
-        }
-        assert!(top.dropped);
-        assert_eq!(scores(top), [(5, 1), (3, 2), (3, 3), (3, 4)]);
-        let mut top = Top::new(2);
-        for (score, doc) in [(3.0, 0), (3.0, 1), (3.0, 2), (4.0, 3), (5.0, 4)] {
-            top.push(candidate(score, doc));
-        }
-        assert_eq!(scores(top), [(5, 4), (4, 3)], "ties of a worse score go");
-        let mut top = Top::new(5);
-        top.push(candidate(1.0, 0));
-        assert!(!top.dropped);
-        assert_eq!(scores(top), [(1, 0)]);
-    }
 }

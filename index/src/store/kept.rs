@@ -1,0 +1,194 @@
+//! The rows a search keeps while it reads postings: scored candidates before their paths
+//! are known, the best of them with every tie of the worst kept, and the bounds that let a
+//! section be passed over before its columns are read.
+
+use std::collections::BinaryHeap;
+
+use tantivy::DocId;
+
+use crate::body::{self, Ranking, term_score};
+
+/// A scored candidate before its path is known.
+#[derive(Clone, Copy)]
+pub(super) struct Candidate {
+    /// The final score, with the stored prior.
+    pub(super) score: f64,
+    /// The score before the prior.
+    pub(super) raw: f64,
+    pub(super) segment: u32,
+    pub(super) doc: DocId,
+    pub(super) catalog: bool,
+    /// The ordinal of its path in its segment's path column (ordinals follow path order):
+    /// set before candidates are named, so a run of ties is read in path order.
+    pub(super) path_ord: u64,
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for Candidate {}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.score
+            .total_cmp(&other.score)
+            .then_with(|| other.segment.cmp(&self.segment))
+            .then_with(|| other.doc.cmp(&self.doc))
+    }
+}
+
+/// The highest prior (importance 1, no journal demotion).
+pub(super) const MAX_PRIOR: f64 = 1.0;
+
+/// Whether a score of at most `bound` surely ranks below `threshold` (with a margin for
+/// rounding, so a tie is never left out).
+pub(super) fn below(bound: f64, threshold: f64) -> bool {
+    bound * (1.0 + 1e-9) < threshold
+}
+
+/// The most a section met by every term in its text only can score: each term at the
+/// capped frequency in the shortest section, at the highest prior.
+pub(super) fn text_only_bound(stats: &Ranking) -> f64 {
+    stats
+        .idf
+        .iter()
+        .map(|idf| term_score(*idf, body::MAX_TF, false, false, 0, stats.average))
+        .sum::<f64>()
+        * MAX_PRIOR
+}
+
+/// Rows past the cap kept while reading postings, for rows the catalog or a skip refuses.
+pub(super) const KEEP_MARGIN: usize = 64;
+
+/// The best candidates seen, at most `keep` of them plus every one tying with the worst kept
+/// (rows that tie order by path, which is not known yet).
+pub(super) struct Top {
+    keep: usize,
+    /// A min-heap of the best.
+    heap: BinaryHeap<std::cmp::Reverse<Candidate>>,
+    /// Candidates with the score of the heap's worst that did not fit in it.
+    ties: Vec<Candidate>,
+    /// Whether a candidate was left out.
+    pub(super) dropped: bool,
+}
+
+impl Top {
+    pub(super) fn new(keep: usize) -> Top {
+        Top {
+            keep,
+            heap: BinaryHeap::new(),
+            ties: Vec::new(),
+            dropped: false,
+        }
+    }
+
+    pub(super) fn push(&mut self, c: Candidate) {
+        if self.heap.len() < self.keep {
+            self.heap.push(std::cmp::Reverse(c));
+            return;
+        }
+        let Some(worst) = self.heap.peek().map(|w| w.0.score) else {
+            self.dropped = true;
+            return;
+        };
+        match c.score.total_cmp(&worst) {
+            std::cmp::Ordering::Less => self.dropped = true,
+            std::cmp::Ordering::Equal => self.ties.push(c),
+            std::cmp::Ordering::Greater => {
+                self.heap.push(std::cmp::Reverse(c));
+                let out = self.heap.pop().expect("a full heap").0;
+                let worst = self.heap.peek().map_or(out.score, |w| w.0.score);
+                if out.score.total_cmp(&worst).is_eq() {
+                    self.ties.push(out);
+                } else {
+                    self.dropped = true;
+                    self.ties.clear();
+                }
+            }
+        }
+    }
+
+    /// The worst kept score once `keep` are kept: a candidate scoring less is left out.
+    pub(super) fn threshold(&self) -> Option<f64> {
+        if self.heap.len() < self.keep {
+            return None;
+        }
+        self.heap.peek().map(|w| w.0.score)
+    }
+
+    /// Everything kept, best first.
+    pub(super) fn into_best_first(self) -> Vec<Candidate> {
+        let mut all: Vec<Candidate> = self.heap.into_iter().map(|c| c.0).collect();
+        all.extend(self.ties);
+        all.sort_by(|a, b| b.cmp(a));
+        all
+    }
+}
+
+/// An f64 ordered totally.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OrdF64(pub(super) f64);
+impl PartialEq for OrdF64 {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.total_cmp(&other.0).is_eq()
+    }
+}
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(score: f64, doc: DocId) -> Candidate {
+        Candidate {
+            score,
+            raw: score,
+            segment: 0,
+            doc,
+            catalog: false,
+            path_ord: 0,
+        }
+    }
+
+    fn scores(top: Top) -> Vec<(u64, DocId)> {
+        top.into_best_first()
+            .iter()
+            .map(|c| (c.score as u64, c.doc))
+            .collect()
+    }
+
+    #[test]
+    fn top_keeps_the_best_and_every_tie_with_the_worst_kept() {
+        let mut top = Top::new(2);
+        for (score, doc) in [(1.0, 0), (5.0, 1), (3.0, 2), (3.0, 3), (3.0, 4), (2.0, 5)] {
+            top.push(candidate(score, doc));
+        }
+        assert!(top.dropped);
+        assert_eq!(scores(top), [(5, 1), (3, 2), (3, 3), (3, 4)]);
+        let mut top = Top::new(2);
+        for (score, doc) in [(3.0, 0), (3.0, 1), (3.0, 2), (4.0, 3), (5.0, 4)] {
+            top.push(candidate(score, doc));
+        }
+        assert_eq!(scores(top), [(5, 4), (4, 3)], "ties of a worse score go");
+        let mut top = Top::new(5);
+        top.push(candidate(1.0, 0));
+        assert!(!top.dropped);
+        assert_eq!(scores(top), [(1, 0)]);
+    }
+}

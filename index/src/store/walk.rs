@@ -1,0 +1,282 @@
+//! The walk over one segment's postings: the sections every term meets (in text, trail or
+//! entry), each scored and offered to the kept rows, or passed over before its columns are
+//! read when its best possible score misses them.
+
+use std::sync::Arc;
+
+use tantivy::postings::{Postings, SegmentPostings};
+use tantivy::schema::IndexRecordOption;
+use tantivy::{DocId, DocSet, SegmentReader, TERMINATED, Term as TantivyTerm};
+
+use super::kept::{Candidate, MAX_PRIOR, Top, below};
+use super::{Base, Kind, List, Pass, StoreResult};
+use crate::body::{Ranking, catalog_score, term_score};
+use crate::tokens::Term;
+
+/// Moves `list` to `doc` (if it is behind) and tells whether it holds it.
+fn at(list: &mut List, doc: DocId) -> bool {
+    if list.postings.doc() < doc {
+        list.postings.seek(doc);
+    }
+    list.postings.doc() == doc
+}
+
+/// What one term found in one candidate section.
+#[derive(Clone, Copy, Default)]
+struct Met {
+    count: u32,
+    trail: bool,
+    entry: bool,
+}
+
+/// How often the words of `lists` (a phrase's, in order) stand one after another in `doc`.
+fn phrase_at(lists: &mut [SegmentPostings], doc: DocId, positions: &mut Vec<Vec<u32>>) -> u32 {
+    positions.resize_with(lists.len(), Vec::new);
+    for (list, at) in lists.iter_mut().zip(positions.iter_mut()) {
+        if list.doc() < doc {
+            list.seek(doc);
+        }
+        if list.doc() != doc {
+            return 0;
+        }
+        at.clear();
+        list.positions(at);
+    }
+    let (first, rest) = positions.split_first().expect("a phrase has words");
+    first
+        .iter()
+        .filter(|p| {
+            rest.iter()
+                .enumerate()
+                .all(|(i, at)| at.binary_search(&(**p + i as u32 + 1)).is_ok())
+        })
+        .count() as u32
+}
+
+fn record(m: &mut Met, list: &List) {
+    match list.kind {
+        Kind::Text => m.count = (m.count + list.postings.term_freq()).min(255),
+        Kind::Trail => m.trail = true,
+        Kind::Entry => m.entry = true,
+    }
+}
+
+impl Base {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn segment_candidates(
+        &self,
+        number: u32,
+        s: &SegmentReader,
+        terms: &[Term],
+        expansions: &[Vec<Arc<str>>],
+        stats: &Ranking,
+        scope: &str,
+        pass: Pass,
+        out: &mut Top,
+    ) -> StoreResult<()> {
+        let mut needs = Vec::with_capacity(terms.len());
+        for (i, term) in terms.iter().enumerate() {
+            match self.need(s, term, &expansions[i]) {
+                Some(need) => needs.push(need),
+                None => return Ok(()),
+            }
+        }
+        let mut scope_list = if scope == "/" {
+            None
+        } else {
+            let inv = s.inverted_index(self.fields.dirs)?;
+            let term = TantivyTerm::from_field_text(self.fields.dirs, scope);
+            match inv.read_postings(&term, IndexRecordOption::Basic)? {
+                Some(p) => Some(p),
+                None => return Ok(()),
+            }
+        };
+        let columns = &self.columns[number as usize];
+        let (lens, priors) = (&columns.lens, &columns.priors);
+        // Per phrase term, its words' positions in text, trail and entry.
+        let mut phrases: Vec<Option<[Option<Vec<SegmentPostings>>; 3]>> = terms
+            .iter()
+            .map(|t| match t {
+                Term::Phrase(words) => Some([
+                    self.phrase_lists(s, self.fields.text_runs, words),
+                    self.phrase_lists(s, self.fields.trail_runs, words),
+                    self.phrase_lists(s, self.fields.entry_runs, words),
+                ]),
+                _ => None,
+            })
+            .collect();
+        let mut positions: Vec<Vec<u32>> = Vec::new();
+        // Drive by the rarest group; every other group is asked about its documents.
+        let (drive_term, drive_group) = needs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, n)| {
+                n.groups.iter().enumerate().map(move |(g, lists)| {
+                    (
+                        (i, g),
+                        lists
+                            .iter()
+                            .map(|l| u64::from(l.postings.doc_freq()))
+                            .sum::<u64>(),
+                    )
+                })
+            })
+            .min_by_key(|(_, cost)| *cost)
+            .map(|(at, _)| at)
+            .unwrap_or((0, 0));
+        let (mut driver, drive) = match pass {
+            Pass::TextOnly => (
+                std::mem::take(&mut needs[drive_term].groups[drive_group]),
+                Some((drive_term, drive_group)),
+            ),
+            // Every trail and entry list of every term, read apart from `needs`.
+            Pass::Boosted => {
+                let mut lists = Vec::new();
+                for (i, term) in terms.iter().enumerate() {
+                    let Some(need) = self.need(s, term, &expansions[i]) else {
+                        return Ok(());
+                    };
+                    lists.extend(
+                        need.groups
+                            .into_iter()
+                            .flatten()
+                            .filter(|l| l.kind != Kind::Text),
+                    );
+                }
+                (lists, None)
+            }
+        };
+        let mut met = vec![Met::default(); terms.len()];
+        loop {
+            let doc = driver
+                .iter()
+                .map(|l| l.postings.doc())
+                .min()
+                .unwrap_or(TERMINATED);
+            if doc == TERMINATED {
+                break;
+            }
+            let mut driven = Met::default();
+            for list in driver.iter_mut() {
+                if list.postings.doc() == doc {
+                    record(&mut driven, list);
+                    list.postings.advance();
+                }
+            }
+            if s.is_deleted(doc) {
+                continue;
+            }
+            if let Some(list) = scope_list.as_mut() {
+                if list.doc() < doc {
+                    list.seek(doc);
+                }
+                if list.doc() != doc {
+                    continue;
+                }
+            }
+            let mut all = true;
+            for (i, need) in needs.iter_mut().enumerate() {
+                let mut m = match drive {
+                    Some((t, _)) if t == i => driven,
+                    _ => Met::default(),
+                };
+                let mut groups_met = true;
+                for (g, lists) in need.groups.iter_mut().enumerate() {
+                    if drive == Some((i, g)) {
+                        continue;
+                    }
+                    let mut any = false;
+                    for list in lists.iter_mut() {
+                        if at(list, doc) {
+                            any = true;
+                            record(&mut m, list);
+                        }
+                    }
+                    groups_met &= any;
+                }
+                if !groups_met {
+                    all = false;
+                    break;
+                }
+                met[i] = m;
+            }
+            if !all {
+                continue;
+            }
+            // A section in some trail or entry list was a row of the boosted pass.
+            if pass == Pass::TextOnly && met.iter().any(|m| m.trail || m.entry) {
+                continue;
+            }
+            let mut gone = false;
+            for (i, lists) in phrases.iter_mut().enumerate() {
+                let Some([text, trail, entry]) = lists else {
+                    continue;
+                };
+                let mut count = |lists: &mut Option<Vec<SegmentPostings>>| {
+                    lists
+                        .as_mut()
+                        .map_or(0, |l| phrase_at(l, doc, &mut positions))
+                };
+                let m = Met {
+                    count: count(text).min(255),
+                    trail: count(trail) > 0,
+                    entry: count(entry) > 0,
+                };
+                gone |= m.count == 0 && !m.trail && !m.entry;
+                met[i] = m;
+            }
+            if gone {
+                continue;
+            }
+            // The best this section could score (shortest length, highest prior): when
+            // that misses the kept rows, its columns are not read.
+            if let Some(threshold) = out.threshold() {
+                let bound = if met.iter().all(|m| m.entry) {
+                    catalog_score(&stats.idf)
+                } else {
+                    met.iter()
+                        .zip(&stats.idf)
+                        .map(|(m, idf)| {
+                            term_score(*idf, m.count, m.trail, m.entry, 0, stats.average)
+                        })
+                        .sum::<f64>()
+                };
+                if below(bound * MAX_PRIOR, threshold) {
+                    out.dropped = true;
+                    continue;
+                }
+            }
+            let prior = priors.first(doc).unwrap_or(1.0);
+            if met.iter().all(|m| m.entry) {
+                let raw = catalog_score(&stats.idf);
+                out.push(Candidate {
+                    score: raw * prior,
+                    raw,
+                    segment: number,
+                    doc,
+                    catalog: true,
+                    path_ord: 0,
+                });
+                continue;
+            }
+            if !met.iter().any(|m| m.count > 0 || m.trail) {
+                continue;
+            }
+            let len = lens.first(doc).unwrap_or(0) as u32;
+            let raw = met
+                .iter()
+                .zip(&stats.idf)
+                .map(|(m, idf)| term_score(*idf, m.count, m.trail, m.entry, len, stats.average))
+                .sum::<f64>();
+            out.push(Candidate {
+                score: raw * prior,
+                raw,
+                segment: number,
+                doc,
+                catalog: false,
+                path_ord: 0,
+            });
+        }
+        Ok(())
+    }
+}
