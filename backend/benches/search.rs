@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo bench -p quire-backend --bench search -- [--docs N] [--seed S] [--queries Q]
-//!     [--dir PATH] [--exit-when-warm]
+//!     [--dir PATH] [--write-only] [--exit-when-warm]
 //! ```
 //!
 //! A generator publishes `N` realistic markdown documents (headings, lists, code fences,
@@ -25,6 +25,11 @@
 //! - how long after a commit the write is searchable on its own replica and on a peer told
 //!   by a hint.
 //!
+//! `--dir PATH` keeps the bucket in PATH. When PATH already holds a world (from an earlier run
+//! with the same `--docs` and `--seed`, e.g. one with `--write-only`, which exits once the
+//! writer's checkpoint covers the corpus), the corpus is not written again and the writer
+//! store is opened only after the warm figures, so they are one replica's alone.
+//!
 //! `--exit-when-warm` exits right after the warm figures, without freeing anything, so a heap
 //! profiler run over the bench reports what the warm replica holds as still allocated.
 //!
@@ -32,7 +37,7 @@
 #![allow(clippy::disallowed_methods, reason = "a benchmark measures real time")]
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use quire_backend::bucket::{BucketOptions, BucketStore};
@@ -53,6 +58,7 @@ struct Args {
     seed: u64,
     queries: usize,
     dir: Option<PathBuf>,
+    write_only: bool,
     exit_when_warm: bool,
 }
 
@@ -62,6 +68,7 @@ fn parse_args() -> Args {
         seed: 36,
         queries: 200,
         dir: None,
+        write_only: false,
         exit_when_warm: false,
     };
     let mut it = std::env::args().skip(1);
@@ -72,6 +79,7 @@ fn parse_args() -> Args {
             "--seed" => args.seed = value().parse().expect("--seed S"),
             "--queries" => args.queries = value().parse().expect("--queries Q"),
             "--dir" => args.dir = Some(PathBuf::from(value())),
+            "--write-only" => args.write_only = true,
             "--exit-when-warm" => args.exit_when_warm = true,
             "--bench" => {}
             other => panic!("unknown argument {other}"),
@@ -224,6 +232,74 @@ fn rss_mib() -> f64 {
     pages * 4096.0 / (1024.0 * 1024.0)
 }
 
+/// Publishes the corpus through a writer store that checkpoints as a server does, and waits
+/// for its checkpoint to cover every write; returns the writer and the bodies' bytes.
+async fn write_corpus(
+    args: &Args,
+    blobs: Arc<dyn BlobStore>,
+    vocab: &Vocabulary,
+    rng: &mut StdRng,
+    cache: &std::path::Path,
+) -> (BucketStore, usize) {
+    // The writer checkpoints soon after writes stop, so the cold replicas start from a
+    // checkpoint, not by replaying the whole log.
+    let writer_options = BucketOptions {
+        compaction: Some(CompactionPolicy {
+            age: CHECKPOINT_AGE,
+            max_delay: Duration::ZERO,
+            ..CompactionPolicy::default()
+        }),
+        compact_every: CHECKPOINT_AGE,
+        ..options(cache)
+    };
+    let writer = BucketStore::open(blobs, writer_options)
+        .await
+        .expect("a writer");
+    let mut steps = writer.compaction_steps().expect("the writer compacts");
+    let started = Instant::now();
+    let mut corpus_bytes = 0usize;
+    let mut in_flight = tokio::task::JoinSet::new();
+    for i in 0..args.docs {
+        let (body, tags) = document(vocab, rng);
+        corpus_bytes += body.len();
+        let request =
+            WriteRequest::new(format!("/notes/d{}/n{i}.md", i % 1000), body).meta("tags", &tags);
+        let store = writer.clone();
+        in_flight.spawn(async move { store.publish(&Ctx::new(), request).await.map(|_| ()) });
+        if in_flight.len() >= 512 {
+            in_flight
+                .join_next()
+                .await
+                .expect("a write")
+                .expect("joined")
+                .expect("published");
+        }
+    }
+    while let Some(done) = in_flight.join_next().await {
+        done.expect("joined").expect("published");
+    }
+    let wrote = started.elapsed();
+    // Each publish of a new path commits one sequence after genesis's.
+    let tip = GENESIS_SEQUENCE + args.docs as u64;
+    let written_at = Instant::now();
+    steps
+        .wait_for(|step| matches!(step, Some(Step::Written { sequence, .. }) if *sequence >= tip))
+        .await
+        .expect("the compactor runs");
+    println!(
+        "corpus: {} documents, {:.1} MiB of bodies, written in {:.1} s ({:.0} writes/s)",
+        args.docs,
+        corpus_bytes as f64 / (1024.0 * 1024.0),
+        wrote.as_secs_f64(),
+        args.docs as f64 / wrote.as_secs_f64()
+    );
+    println!(
+        "writer's checkpoint covers the corpus {:.1} s after the last write",
+        written_at.elapsed().as_secs_f64()
+    );
+    (writer, corpus_bytes)
+}
+
 /// How soon after writes stop the writer checkpoints them.
 const CHECKPOINT_AGE: Duration = Duration::from_secs(1);
 
@@ -281,68 +357,50 @@ async fn main() {
     let vocab = Arc::new(Vocabulary::new(&mut rng, 50_000));
 
     let cache = |name: &str| scratch.path().join(name);
-    // The writer checkpoints as a server does (soon after writes stop, here), so the cold
-    // replicas below start from a checkpoint, not by replaying the whole log.
-    let writer_options = BucketOptions {
-        compaction: Some(CompactionPolicy {
-            age: CHECKPOINT_AGE,
-            max_delay: Duration::ZERO,
-            ..CompactionPolicy::default()
-        }),
-        compact_every: CHECKPOINT_AGE,
-        ..options(&cache("writer"))
+    let reuse = args
+        .dir
+        .as_ref()
+        .and_then(|d| std::fs::read_dir(d).ok())
+        .is_some_and(|mut entries| entries.next().is_some());
+    let mut writer = None;
+    let corpus_bytes = if reuse {
+        // The same seed draws the same documents; only their bytes are counted.
+        let bytes: usize = (0..args.docs)
+            .map(|_| document(&vocab, &mut rng).0.len())
+            .sum();
+        println!(
+            "corpus: {} documents, {:.1} MiB of bodies, already in {}",
+            args.docs,
+            bytes as f64 / (1024.0 * 1024.0),
+            dir.display()
+        );
+        bytes
+    } else {
+        let (store, bytes) =
+            write_corpus(&args, blobs.clone(), &vocab, &mut rng, &cache("writer")).await;
+        writer = Some(store);
+        bytes
     };
-    let writer = BucketStore::open(blobs.clone(), writer_options)
-        .await
-        .expect("a writer");
-    let mut steps = writer.compaction_steps().expect("the writer compacts");
-    let started = Instant::now();
-    let mut corpus_bytes = 0usize;
-    let mut in_flight = tokio::task::JoinSet::new();
-    for i in 0..args.docs {
-        let (body, tags) = document(&vocab, &mut rng);
-        corpus_bytes += body.len();
-        let request =
-            WriteRequest::new(format!("/notes/d{}/n{i}.md", i % 1000), body).meta("tags", &tags);
-        let store = writer.clone();
-        in_flight.spawn(async move { store.publish(&Ctx::new(), request).await.map(|_| ()) });
-        if in_flight.len() >= 512 {
-            in_flight
-                .join_next()
-                .await
-                .expect("a write")
-                .expect("joined")
-                .expect("published");
+    if args.write_only {
+        if let Some(writer) = writer {
+            writer.close().await;
         }
+        return;
     }
-    while let Some(done) = in_flight.join_next().await {
-        done.expect("joined").expect("published");
-    }
-    let wrote = started.elapsed();
-    // Each publish of a new path commits one sequence after genesis's.
-    let tip = GENESIS_SEQUENCE + args.docs as u64;
-    let written_at = Instant::now();
-    steps
-        .wait_for(|step| matches!(step, Some(Step::Written { sequence, .. }) if *sequence >= tip))
-        .await
-        .expect("the compactor runs");
-    let checkpointed = written_at.elapsed();
-    println!(
-        "corpus: {} documents, {:.1} MiB of bodies, written in {:.1} s ({:.0} writes/s)",
-        args.docs,
-        corpus_bytes as f64 / (1024.0 * 1024.0),
-        wrote.as_secs_f64(),
-        args.docs as f64 / wrote.as_secs_f64()
-    );
-    println!(
-        "writer's checkpoint covers the corpus {:.1} s after the last write",
-        checkpointed.as_secs_f64()
-    );
 
     let opened = Instant::now();
-    // The reader's commits reach the writer as peer hints, as a server forwards them.
-    let peer = writer.clone();
-    let hint: CommittedHook = Arc::new(move |sequence: u64| peer.follow(sequence));
+    // The reader's commits reach the writer as peer hints, as a server forwards them; the
+    // writer may be opened only after the warm figures.
+    let peer: Arc<OnceLock<BucketStore>> = Arc::new(OnceLock::new());
+    if let Some(writer) = &writer {
+        let _ = peer.set(writer.clone());
+    }
+    let hinted = peer.clone();
+    let hint: CommittedHook = Arc::new(move |sequence: u64| {
+        if let Some(writer) = hinted.get() {
+            writer.follow(sequence);
+        }
+    });
     let reader_options = BucketOptions {
         on_committed: Some(hint),
         ..options(&cache("reader"))
@@ -363,12 +421,20 @@ async fn main() {
     let cpu_before = cpu_seconds();
     let (rows, took) = until_body(&reader, &first).await;
     let cpu = cpu_seconds() - cpu_before;
-    println!(
-        "first body answer on a cold replica, nothing built: {:.2} s ({rows} rows); {:.0} documents/s indexed, {:.0} documents per CPU-second ({cpu:.1} CPU-s)",
-        took.as_secs_f64(),
-        args.docs as f64 / took.as_secs_f64(),
-        args.docs as f64 / cpu.max(1e-9)
-    );
+    if reader.body_search().status().downloads > 0 {
+        // A reused bucket may hold an earlier run's copy of the index.
+        println!(
+            "first body answer on a cold replica, from the copy an earlier run left in the bucket: {:.2} s ({rows} rows; {cpu:.1} CPU-s)",
+            took.as_secs_f64(),
+        );
+    } else {
+        println!(
+            "first body answer on a cold replica, nothing built: {:.2} s ({rows} rows); {:.0} documents/s indexed, {:.0} documents per CPU-second ({cpu:.1} CPU-s)",
+            took.as_secs_f64(),
+            args.docs as f64 / took.as_secs_f64(),
+            args.docs as f64 / cpu.max(1e-9)
+        );
+    }
     let (anon, file) = rss_parts_mib();
     println!(
         "RSS with the warm index: {:.0} MiB ({:+.0} MiB for the index; anonymous {anon:.0} MiB, file-backed {file:.0} MiB; bodies {:.0} MiB)",
@@ -466,6 +532,16 @@ async fn main() {
         "write searchable on its replica {:.1} ms after the commit was sent",
         at.elapsed().as_secs_f64() * 1e3
     );
+    let writer = match writer {
+        Some(writer) => writer,
+        None => {
+            let writer = BucketStore::open(blobs.clone(), options(&cache("writer")))
+                .await
+                .expect("a writer");
+            let _ = peer.set(writer.clone());
+            writer
+        }
+    };
     let (_, warm) = until_body(&writer, &CatalogQuery::new("warm").mode(MatchMode::Body)).await;
     println!(
         "(the writer's own first body answer took {:.2} s)",

@@ -297,12 +297,6 @@ impl BodySearch {
                         p.status.builds += 1;
                     });
                     tokio::spawn(work(self.inner.clone(), Arc::downgrade(source)));
-                    // The answer filters through the snapshot's catalog: build it beside the
-                    // index's download or build rather than after it.
-                    let warming = snapshot.clone();
-                    tokio::task::spawn_blocking(move || {
-                        warming.catalog();
-                    });
                 }
             }
         }
@@ -338,7 +332,7 @@ impl BodySearch {
             }
         };
         index
-            .lookup(query, snapshot.catalog())
+            .lookup(query, snapshot.admission())
             .map_err(|e| unavailable(&query.scope, e.to_string()))
     }
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use quire_index::{CatalogIndex, CatalogMatch, CatalogQuery, MatchMode};
+use quire_index::{Admission, CatalogIndex, CatalogMatch, CatalogQuery, MatchMode};
 use quire_log::commit::PendingVersions;
 use quire_log::path::clean;
 use quire_log::version::StoredVersion;
@@ -56,8 +56,25 @@ impl Snapshot {
 
     /// The catalog of every live document.
     pub fn catalog(&self) -> &CatalogIndex {
-        self.catalog
-            .get_or_init(|| CatalogIndex::from_state(&self.state))
+        self.catalog.get_or_init(|| {
+            let started = tokio::time::Instant::now();
+            let catalog = CatalogIndex::from_state(&self.state);
+            tracing::info!(
+                sequence = self.state.sequence(),
+                build_ms = started.elapsed().as_millis() as u64,
+                "catalog index built"
+            );
+            catalog
+        })
+    }
+
+    /// Where a body lookup reads its rows' catalog fields: the catalog when it is built,
+    /// else the state (the same answers, without building a catalog of every document).
+    pub fn admission(&self) -> &dyn Admission {
+        match self.catalog.get() {
+            Some(catalog) => catalog,
+            None => &self.state,
+        }
     }
 
     /// The snapshot after `next` replaced this state, where only `paths` changed. The

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 use quire_log::{DocPath, Hash};
 
-use crate::catalog::{CatalogIndex, CatalogMatch};
+use crate::catalog::{Admission, CatalogMatch};
 use crate::query::CatalogQuery;
 use crate::section::{self, Section};
 use crate::tokens::{self, MAX_PREFIX_EXPANSION, Term};
@@ -432,7 +432,7 @@ impl SectionIndex {
 
     /// Answers a body lookup over the documents `catalog` admits (it must index the same
     /// snapshot). Each match carries its [`SectionHit`].
-    pub fn lookup(&self, query: &CatalogQuery, catalog: &CatalogIndex) -> Vec<CatalogMatch> {
+    pub fn lookup(&self, query: &CatalogQuery, catalog: &dyn Admission) -> Vec<CatalogMatch> {
         let terms = tokens::query_terms(&query.query);
         let Some(scope) = query.canonical_scope() else {
             return Vec::new();
@@ -469,7 +469,7 @@ impl SectionIndex {
         stats: &Ranking,
         scope: &str,
         query: &CatalogQuery,
-        catalog: &CatalogIndex,
+        catalog: &dyn Admission,
         skip: impl Fn(&DocPath) -> bool,
     ) -> Vec<Ranked> {
         let mut per_term: Vec<Candidates<'_>> = Vec::with_capacity(terms.len());
@@ -841,6 +841,7 @@ mod tests {
     use quire_log::metadata::{Catalog, DocCatalog, Metadata};
 
     use super::*;
+    use crate::catalog::CatalogIndex;
     use crate::query::Filter;
 
     struct World {

@@ -35,7 +35,7 @@ pub mod tokens;
 pub mod version;
 
 pub use body::{EntryKey, SectionHit, SectionIndex};
-pub use catalog::{CatalogIndex, CatalogMatch};
+pub use catalog::{Admission, CatalogIndex, CatalogMatch};
 pub use query::{
     CatalogQuery, DEFAULT_LIMIT, Filter, MAX_LIMIT, MAX_TERMS, MIN_QUERY_CHARS, MatchMode, Terms,
     parse_time, validate_query_text,

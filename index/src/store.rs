@@ -52,7 +52,7 @@ use tantivy::{
 };
 
 use crate::body::{self, EntryKey, IndexedDoc, Ranked, Ranking, Source, prior};
-use crate::catalog::CatalogIndex;
+use crate::catalog::Admission;
 use crate::query::CatalogQuery;
 use crate::tokens::{self, MAX_PREFIX_EXPANSION, Term};
 
@@ -762,7 +762,7 @@ impl Base {
         stats: &Ranking,
         scope: &str,
         query: &CatalogQuery,
-        catalog: &CatalogIndex,
+        catalog: &dyn Admission,
         skip: impl Fn(&DocPath) -> bool,
     ) -> StoreResult<Vec<Ranked>> {
         let want = if query.max == 0 {
@@ -820,7 +820,7 @@ impl Base {
         want: usize,
         scope: &str,
         query: &CatalogQuery,
-        catalog: &CatalogIndex,
+        catalog: &dyn Admission,
         skip: &impl Fn(&DocPath) -> bool,
     ) -> StoreResult<(Vec<Ranked>, bool)> {
         let mut rows: Vec<Ranked> = Vec::new();

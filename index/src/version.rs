@@ -14,7 +14,7 @@ use quire_log::DocPath;
 
 use crate::body::SectionIndex;
 use crate::body::{EntryKey, Ranking, Source, average_len, finish, idf_of, order};
-use crate::catalog::{CatalogIndex, CatalogMatch};
+use crate::catalog::{Admission, CatalogMatch};
 use crate::query::CatalogQuery;
 use crate::store::{self, Base, StoreResult, key_digest};
 use crate::tokens::{self, Term};
@@ -94,7 +94,7 @@ impl IndexVersion {
     pub fn lookup(
         &self,
         query: &CatalogQuery,
-        catalog: &CatalogIndex,
+        catalog: &dyn Admission,
     ) -> StoreResult<Vec<CatalogMatch>> {
         let Some(base) = self.base.as_ref() else {
             return Ok(self.delta.lookup(query, catalog));
@@ -174,6 +174,7 @@ mod tests_support {
     use quire_log::{Hash, Timestamp};
 
     use super::*;
+    use crate::catalog::CatalogIndex;
     use crate::query::Filter;
     use crate::store::SectionStore;
 

@@ -246,8 +246,16 @@ impl Base {
                     continue;
                 }
             }
-            let prior = priors.first(doc).unwrap_or(1.0);
             if met.iter().all(|m| m.entry) {
+                // A catalog answer is its document's: every section of it meets the same
+                // entry terms (title and tags are indexed with each), scores the same and
+                // names the same row, so only the first section is a candidate. At a
+                // million documents a common word's catalog answers are millions of
+                // sections otherwise, each kept as a tie.
+                if columns.numbers.first(doc) != Some(0) {
+                    continue;
+                }
+                let prior = priors.first(doc).unwrap_or(1.0);
                 let raw = catalog_score(&stats.idf);
                 out.push(Candidate {
                     score: raw * prior,
@@ -262,6 +270,7 @@ impl Base {
             if !met.iter().any(|m| m.count > 0 || m.trail) {
                 continue;
             }
+            let prior = priors.first(doc).unwrap_or(1.0);
             let len = lens.first(doc).unwrap_or(0) as u32;
             let raw = met
                 .iter()
