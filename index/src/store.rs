@@ -798,8 +798,7 @@ impl Base {
                 }
             }
             let dropped = top.dropped;
-            let mut candidates = top.into_best_first();
-            self.order_ties_by_path(&mut candidates);
+            let candidates = top.into_best_first();
             let (rows, enough) = self.resolve(candidates, want, scope, query, catalog, &skip)?;
             if enough || !dropped {
                 return Ok(rows);
@@ -833,12 +832,19 @@ impl Base {
         // its accepted rows and the path ordinal of the last.
         let mut run: Option<(u64, u32)> = None;
         let (mut run_rows, mut run_last_ord) = (0usize, 0u64);
+        // Read past the end of a cut run holding fewer than `want` rows, the answer could
+        // miss what was cut from it: the caller asks again keeping more.
+        let mut cut_run_ended = false;
         while start < candidates.len() {
             let end = start.saturating_add(chunk).min(candidates.len());
             let batch = &candidates[start..end];
             let names = self.names(batch)?;
             let mut next = end;
             for (at, (c, name)) in batch.iter().zip(names).enumerate() {
+                if cut_run_ended && run_rows < want {
+                    return Ok((rows, false));
+                }
+                cut_run_ended = c.ends_cut_run;
                 if best.len() >= want && best.peek().is_some_and(|m| c.score < m.0.0) {
                     return Ok((rows, true));
                 }
@@ -898,25 +904,8 @@ impl Base {
             start = next;
             chunk = chunk.saturating_mul(2);
         }
-        let enough = best.len() >= want;
+        let enough = best.len() >= want && !(cut_run_ended && run_rows < want);
         Ok((rows, enough))
-    }
-
-    /// Orders each run of candidates with one score in one segment by path (best first
-    /// otherwise), reading only path ordinals, so [`Self::resolve`] can stop a run once it
-    /// holds enough rows.
-    fn order_ties_by_path(&self, candidates: &mut [Candidate]) {
-        for c in candidates.iter_mut() {
-            let paths = &self.columns[c.segment as usize].paths;
-            c.path_ord = paths.ords().first(c.doc).unwrap_or(u64::MAX);
-        }
-        candidates.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then_with(|| a.segment.cmp(&b.segment))
-                .then_with(|| a.path_ord.cmp(&b.path_ord))
-                .then_with(|| a.doc.cmp(&b.doc))
-        });
     }
 
     /// The path and anchor (empty for a catalog answer) of each of `batch`, in its order;

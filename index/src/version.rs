@@ -548,6 +548,43 @@ mod tests_support {
     }
 
     #[test]
+    fn tied_rows_cut_from_a_segment_are_read_again_when_filters_refuse_the_kept_ones() {
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        // Three segments of 80 documents whose sections all tie; the first fills the kept
+        // rows, so ties of the others are cut. Every document of the first passes the
+        // filter, with late paths; the second's pass only at the end of its paths, beyond
+        // the ties it keeps. The answer is the second segment's cut rows, not the first's.
+        let docs: Vec<Doc> = (0..240)
+            .map(|i| {
+                let (segment, at) = (i / 80, i % 80);
+                let rare = segment == 0 || (segment == 1 && at >= 60);
+                let first_digit = [2, 0, 1][segment];
+                (
+                    leak(format!("/tie/{first_digit}{at:02}.md")),
+                    vec![("tags", if rare { "hot,rare" } else { "hot" })],
+                    "# Zeta\n\nhot words\n\n# Alpha\n\nhot words\n".to_owned(),
+                )
+            })
+            .collect();
+        let (oracle, catalog, version) = build_in_segments(&docs, docs.len(), 80);
+        assert_eq!(version.base().unwrap().segments().len(), 3);
+        for text in ["hot", "words", "hot words", "\"hot words\""] {
+            for max in [1, 10, 30, 0] {
+                let q = CatalogQuery::new(text)
+                    .max(max)
+                    .filter(crate::query::Filter::tag("rare"));
+                let got = version.lookup(&q, &catalog).unwrap();
+                assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
+                assert!(
+                    got[0].path.as_str().starts_with("/tie/0"),
+                    "{q:?}: {}",
+                    got[0].path
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_folded_delta_answers_as_before() {
         let docs = corpus();
         let store = SectionStore::create(None).unwrap();

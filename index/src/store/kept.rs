@@ -2,7 +2,7 @@
 //! are known, the best of them with every tie of the worst kept, and the bounds that let a
 //! section be passed over before its columns are read.
 
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use tantivy::DocId;
 
@@ -18,9 +18,13 @@ pub(super) struct Candidate {
     pub(super) segment: u32,
     pub(super) doc: DocId,
     pub(super) catalog: bool,
-    /// The ordinal of its path in its segment's path column (ordinals follow path order):
-    /// set before candidates are named, so a run of ties is read in path order.
+    /// The ordinal of its path in its segment's path column (ordinals follow path order),
+    /// so a run of ties is kept and read in path order.
     pub(super) path_ord: u64,
+    /// Whether it is the last kept of its segment's candidates at the worst kept score when
+    /// later ones (in path order) were left out: a reader that needs more of that run than
+    /// it holds must ask again with more kept.
+    pub(super) ends_cut_run: bool,
 }
 
 impl PartialEq for Candidate {
@@ -34,11 +38,13 @@ impl PartialOrd for Candidate {
         Some(self.cmp(other))
     }
 }
+/// Better first is greater: a higher score, then (ties) an earlier segment, path, section.
 impl Ord for Candidate {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.score
             .total_cmp(&other.score)
             .then_with(|| other.segment.cmp(&self.segment))
+            .then_with(|| other.path_ord.cmp(&self.path_ord))
             .then_with(|| other.doc.cmp(&self.doc))
     }
 }
@@ -66,14 +72,18 @@ pub(super) fn text_only_bound(stats: &Ranking) -> f64 {
 /// Rows past the cap kept while reading postings, for rows the catalog or a skip refuses.
 pub(super) const KEEP_MARGIN: usize = 64;
 
-/// The best candidates seen, at most `keep` of them plus every one tying with the worst kept
-/// (rows that tie order by path, which is not known yet).
+/// The best candidates seen: at most `keep` of them, plus candidates tying with the worst
+/// kept (rows that tie order by path, and paths of different segments compare only by name),
+/// at most `keep` of each segment's, the first in path order.
 pub(super) struct Top {
     keep: usize,
     /// A min-heap of the best.
     heap: BinaryHeap<std::cmp::Reverse<Candidate>>,
-    /// Candidates with the score of the heap's worst that did not fit in it.
-    ties: Vec<Candidate>,
+    /// Per segment, candidates with the score of the heap's worst that did not fit in it: a
+    /// heap whose top is the one latest in path order.
+    ties: HashMap<u32, BinaryHeap<std::cmp::Reverse<Candidate>>>,
+    /// Segments some of whose ties at the worst score were left out.
+    cut: HashSet<u32>,
     /// Whether a candidate was left out.
     pub(super) dropped: bool,
 }
@@ -83,7 +93,8 @@ impl Top {
         Top {
             keep,
             heap: BinaryHeap::new(),
-            ties: Vec::new(),
+            ties: HashMap::new(),
+            cut: HashSet::new(),
             dropped: false,
         }
     }
@@ -99,18 +110,36 @@ impl Top {
         };
         match c.score.total_cmp(&worst) {
             std::cmp::Ordering::Less => self.dropped = true,
-            std::cmp::Ordering::Equal => self.ties.push(c),
+            std::cmp::Ordering::Equal => self.tie(c),
             std::cmp::Ordering::Greater => {
                 self.heap.push(std::cmp::Reverse(c));
                 let out = self.heap.pop().expect("a full heap").0;
                 let worst = self.heap.peek().map_or(out.score, |w| w.0.score);
                 if out.score.total_cmp(&worst).is_eq() {
-                    self.ties.push(out);
+                    self.tie(out);
                 } else {
                     self.dropped = true;
                     self.ties.clear();
+                    self.cut.clear();
                 }
             }
+        }
+    }
+
+    /// Keeps `c`, which ties with the worst kept, when it is among its segment's first
+    /// `keep` such in path order.
+    fn tie(&mut self, c: Candidate) {
+        let ties = self.ties.entry(c.segment).or_default();
+        if ties.len() < self.keep {
+            ties.push(std::cmp::Reverse(c));
+            return;
+        }
+        self.dropped = true;
+        self.cut.insert(c.segment);
+        // The heap's top (reversed) is the worst of the ties: the latest in path order.
+        if ties.peek().is_some_and(|latest| c > latest.0) {
+            ties.pop();
+            ties.push(std::cmp::Reverse(c));
         }
     }
 
@@ -122,10 +151,30 @@ impl Top {
         self.heap.peek().map(|w| w.0.score)
     }
 
-    /// Everything kept, best first.
+    /// Everything kept, best first: by score, then segment, path and section. In a segment
+    /// whose ties were cut, candidates at the worst score that come after the last tie kept
+    /// are left out too (what was cut came before them), and that last tie says so.
     pub(super) fn into_best_first(self) -> Vec<Candidate> {
-        let mut all: Vec<Candidate> = self.heap.into_iter().map(|c| c.0).collect();
-        all.extend(self.ties);
+        let worst = self.heap.peek().map(|w| w.0.score);
+        // Per cut segment, its last kept tie.
+        let ends: HashMap<u32, Candidate> = self
+            .cut
+            .iter()
+            .filter_map(|s| Some((*s, self.ties.get(s)?.peek()?.0)))
+            .collect();
+        let mut all: Vec<Candidate> = self
+            .heap
+            .into_iter()
+            .map(|c| c.0)
+            .filter(|c| {
+                let after_end = ends.get(&c.segment).is_some_and(|end| *c < *end);
+                !(after_end && Some(c.score) == worst)
+            })
+            .collect();
+        all.extend(self.ties.into_values().flatten().map(|c| c.0));
+        for c in &mut all {
+            c.ends_cut_run = ends.get(&c.segment).is_some_and(|end| end == c);
+        }
         all.sort_by(|a, b| b.cmp(a));
         all
     }
@@ -163,6 +212,7 @@ mod tests {
             doc,
             catalog: false,
             path_ord: 0,
+            ends_cut_run: false,
         }
     }
 

@@ -93,6 +93,7 @@ impl Base {
         };
         let columns = &self.columns[number as usize];
         let (lens, priors) = (&columns.lens, &columns.priors);
+        let path_ord = |doc: DocId| columns.paths.ords().first(doc).unwrap_or(u64::MAX);
         // Per phrase term, its words' positions in text, trail and entry.
         let mut phrases: Vec<Option<[Option<Vec<SegmentPostings>>; 3]>> = terms
             .iter()
@@ -263,7 +264,8 @@ impl Base {
                     segment: number,
                     doc,
                     catalog: true,
-                    path_ord: 0,
+                    path_ord: path_ord(doc),
+                    ends_cut_run: false,
                 });
                 continue;
             }
@@ -283,7 +285,8 @@ impl Base {
                 segment: number,
                 doc,
                 catalog: false,
-                path_ord: 0,
+                path_ord: path_ord(doc),
+                ends_cut_run: false,
             });
         }
         Ok(())
