@@ -518,14 +518,21 @@ async fn main() {
     cold.close().await;
 
     // A write searchable on its own replica, then on a peer told by a hint.
-    let marker = "zzmarkerword";
-    let request = WriteRequest::new("/notes/fresh.md", format!("# Fresh\n\n{marker} here\n"));
+    // Words and paths of this run alone, so a reused bucket takes them as new writes.
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let marker = format!("zzmarker{run}");
+    let request = WriteRequest::new(
+        format!("/notes/fresh-{run}.md"),
+        format!("# Fresh\n\n{marker} here\n"),
+    );
     let at = Instant::now();
     reader
         .publish(&Ctx::new(), request)
         .await
         .expect("published");
-    let query = CatalogQuery::new(marker).mode(MatchMode::Body);
+    let query = CatalogQuery::new(marker.clone()).mode(MatchMode::Body);
     let (rows, _) = until_body(&reader, &query).await;
     assert_eq!(rows, 1, "the write is found");
     println!(
@@ -547,17 +554,21 @@ async fn main() {
         "(the writer's own first body answer took {:.2} s)",
         warm.as_secs_f64()
     );
-    let marker = "zzpeerword";
+    let marker = format!("zzpeer{run}");
     let at = Instant::now();
     reader
         .publish(
             &Ctx::new(),
-            WriteRequest::new("/notes/peer.md", format!("{marker}\n")),
+            WriteRequest::new(format!("/notes/peer-{run}.md"), format!("{marker}\n")),
         )
         .await
         .expect("published");
     loop {
-        let (rows, _) = until_body(&writer, &CatalogQuery::new(marker).mode(MatchMode::Body)).await;
+        let (rows, _) = until_body(
+            &writer,
+            &CatalogQuery::new(marker.as_str()).mode(MatchMode::Body),
+        )
+        .await;
         if rows == 1 {
             break;
         }

@@ -585,6 +585,35 @@ mod tests_support {
     }
 
     #[test]
+    fn a_rare_word_beside_a_common_one_drives_the_boosted_pass_and_changes_no_answer() {
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        // "common" is in the tags of most documents and in the headings of some, so its
+        // trail and entry lists are far longer than "rare"'s postings; "rare" stands in
+        // text with and without "common" in a tag, heading or text beside it.
+        let docs: Vec<Doc> = (0..200)
+            .map(|i| {
+                let tags = if i % 10 == 3 { "other" } else { "common,x" };
+                let body = match i % 10 {
+                    0 => "# Intro\n\nrare words here\n".to_owned(),
+                    3 => "# Plain\n\ncommon and rare in text only\n".to_owned(),
+                    5 => "# Common heading\n\nrare under it\n\n## Sub\n\nrare deeper\n".to_owned(),
+                    _ => format!("# Doc {i}\n\nnothing to see\n"),
+                };
+                (leak(format!("/mix/{i:03}.md")), vec![("tags", tags)], body)
+            })
+            .collect();
+        let (oracle, catalog, version) = build_in_segments(&docs, docs.len(), 70);
+        for text in ["common rare", "rare common", "rare", "\"common and\" rare"] {
+            for max in [1, 5, 25, 0] {
+                let q = CatalogQuery::new(text).max(max);
+                let got = version.lookup(&q, &catalog).unwrap();
+                assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
+                assert!(!got.is_empty(), "{q:?}");
+            }
+        }
+    }
+
+    #[test]
     fn a_folded_delta_answers_as_before() {
         let docs = corpus();
         let store = SectionStore::create(None).unwrap();

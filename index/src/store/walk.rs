@@ -108,7 +108,7 @@ impl Base {
             .collect();
         let mut positions: Vec<Vec<u32>> = Vec::new();
         // Drive by the rarest group; every other group is asked about its documents.
-        let (drive_term, drive_group) = needs
+        let ((drive_term, drive_group), rarest) = needs
             .iter()
             .enumerate()
             .flat_map(|(i, n)| {
@@ -123,15 +123,24 @@ impl Base {
                 })
             })
             .min_by_key(|(_, cost)| *cost)
-            .map(|(at, _)| at)
-            .unwrap_or((0, 0));
-        let (mut driver, drive) = match pass {
-            Pass::TextOnly => (
+            .unwrap_or(((0, 0), 0));
+        // The boosted pass reads the sections some term meets in a trail or an entry: the
+        // union of those lists, or, when the rarest group is shorter (a rare word beside a
+        // common one), that group, passing over its sections no trail or entry list holds.
+        let boosted_lists: u64 = needs
+            .iter()
+            .flat_map(|n| n.groups.iter().flatten())
+            .filter(|l| l.kind != Kind::Text)
+            .map(|l| u64::from(l.postings.doc_freq()))
+            .sum();
+        let by_rarest = pass == Pass::TextOnly || rarest < boosted_lists;
+        let (mut driver, drive) = match by_rarest {
+            true => (
                 std::mem::take(&mut needs[drive_term].groups[drive_group]),
                 Some((drive_term, drive_group)),
             ),
             // Every trail and entry list of every term, read apart from `needs`.
-            Pass::Boosted => {
+            false => {
                 let mut lists = Vec::new();
                 for (i, term) in terms.iter().enumerate() {
                     let Some(need) = self.need(s, term, &expansions[i]) else {
@@ -204,8 +213,10 @@ impl Base {
             if !all {
                 continue;
             }
-            // A section in some trail or entry list was a row of the boosted pass.
-            if pass == Pass::TextOnly && met.iter().any(|m| m.trail || m.entry) {
+            // A section in some trail or entry list is a row of the boosted pass, and only
+            // such a section.
+            let boosted = met.iter().any(|m| m.trail || m.entry);
+            if boosted != (pass == Pass::Boosted) {
                 continue;
             }
             let mut gone = false;
