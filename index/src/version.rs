@@ -614,6 +614,35 @@ mod tests_support {
     }
 
     #[test]
+    fn phrases_passed_over_by_their_words_bound_change_no_answer() {
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        // Weak phrase matches come first (once, in long sections), strong ones later
+        // (often, in short sections), and the words stand apart in others: the kept rows'
+        // threshold is set by weak ones before the strong ones are read.
+        let filler = "lorem ipsum dolor sit amet ".repeat(30);
+        let docs: Vec<Doc> = (0..120)
+            .map(|i| {
+                let body = match i % 3 {
+                    _ if i < 40 => format!("# Weak\n\nalpha beta {filler}\n"),
+                    0 => "# Strong\n\nalpha beta alpha beta alpha beta\n".to_owned(),
+                    1 => format!("# Apart\n\nalpha {filler} beta\n"),
+                    _ => "# Near\n\nbeta alpha beta\n".to_owned(),
+                };
+                (leak(format!("/ph/{i:03}.md")), vec![("tags", "x")], body)
+            })
+            .collect();
+        let (oracle, catalog, version) = build_in_segments(&docs, docs.len(), 60);
+        for text in ["\"alpha beta\"", "\"beta alpha\"", "\"alpha beta\" alpha"] {
+            for max in [1, 3, 10, 0] {
+                let q = CatalogQuery::new(text).max(max);
+                let got = version.lookup(&q, &catalog).unwrap();
+                assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
+                assert!(!got.is_empty(), "{q:?}");
+            }
+        }
+    }
+
+    #[test]
     fn a_folded_delta_answers_as_before() {
         let docs = corpus();
         let store = SectionStore::create(None).unwrap();

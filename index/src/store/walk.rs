@@ -53,6 +53,24 @@ fn phrase_at(lists: &mut [SegmentPostings], doc: DocId, positions: &mut Vec<Vec<
         .count() as u32
 }
 
+/// The most a section met as `met` says can score before its prior, at the shortest length.
+/// With `loose` (phrases counted by their words), a section every term meets in its entry
+/// may still be no catalog answer, so the bound is the better of both.
+fn best_score(met: &[Met], stats: &Ranking, loose: bool) -> f64 {
+    let catalog = met.iter().all(|m| m.entry);
+    let ranked = || {
+        met.iter()
+            .zip(&stats.idf)
+            .map(|(m, idf)| term_score(*idf, m.count, m.trail, m.entry, 0, stats.average))
+            .sum::<f64>()
+    };
+    match (catalog, loose) {
+        (true, false) => catalog_score(&stats.idf),
+        (true, true) => catalog_score(&stats.idf).max(ranked()),
+        (false, _) => ranked(),
+    }
+}
+
 fn record(m: &mut Met, list: &List) {
     match list.kind {
         Kind::Text => m.count = (m.count + list.postings.term_freq()).min(255),
@@ -219,6 +237,15 @@ impl Base {
             if boosted != (pass == Pass::Boosted) {
                 continue;
             }
+            // Before positions are read, the same bound with each phrase's words for the
+            // phrase: it occurs at most as often as they do, and only where they are.
+            if phrases.iter().any(Option::is_some)
+                && let Some(threshold) = out.threshold()
+                && below(best_score(&met, stats, true) * MAX_PRIOR, threshold)
+            {
+                out.dropped = true;
+                continue;
+            }
             let mut gone = false;
             for (i, lists) in phrases.iter_mut().enumerate() {
                 let Some([text, trail, entry]) = lists else {
@@ -242,21 +269,11 @@ impl Base {
             }
             // The best this section could score (shortest length, highest prior): when
             // that misses the kept rows, its columns are not read.
-            if let Some(threshold) = out.threshold() {
-                let bound = if met.iter().all(|m| m.entry) {
-                    catalog_score(&stats.idf)
-                } else {
-                    met.iter()
-                        .zip(&stats.idf)
-                        .map(|(m, idf)| {
-                            term_score(*idf, m.count, m.trail, m.entry, 0, stats.average)
-                        })
-                        .sum::<f64>()
-                };
-                if below(bound * MAX_PRIOR, threshold) {
-                    out.dropped = true;
-                    continue;
-                }
+            if let Some(threshold) = out.threshold()
+                && below(best_score(&met, stats, false) * MAX_PRIOR, threshold)
+            {
+                out.dropped = true;
+                continue;
             }
             if met.iter().all(|m| m.entry) {
                 // A catalog answer is its document's: every section of it meets the same
