@@ -174,6 +174,7 @@ impl Base {
                 (lists, None)
             }
         };
+        let single_word = matches!(terms, [Term::Word(_) | Term::Prefix(_)]);
         let mut met = vec![Met::default(); terms.len()];
         loop {
             let doc = driver
@@ -190,6 +191,11 @@ impl Base {
                     record(&mut driven, list);
                     list.postings.advance();
                 }
+            }
+            // One word met in an entry makes a catalog answer, whose only candidate is its
+            // document's first section: the others are passed over before any list is asked.
+            if single_word && driven.entry && columns.numbers.first(doc) != Some(0) {
+                continue;
             }
             if s.is_deleted(doc) {
                 continue;
