@@ -12,14 +12,18 @@
 //!   each tag) with their positions (for phrases), and stored anchor, heading and text (for
 //!   rows and snippets). Tokens follow [`crate::tokens`]; they hold no whitespace, so they
 //!   are handed to tantivy joined by spaces under its whitespace tokenizer.
-//! - **Queries** keep only the best rows while reading postings (the cap and a margin, every
-//!   tie included): only those are named (in ordinal order, a batch at a time), checked
-//!   against the catalog and read from the store. Ties are named in path order, one run of
-//!   one score in one segment at a time, and a run stops once it holds the cap. Postings are read in two passes: first the
-//!   sections some term meets in a trail or an entry (boosted, so they score highest), then
-//!   the sections only text meets — skipped when the kept rows all beat the best such a
-//!   section could score, and any section is skipped before its columns are read when its
-//!   best possible score misses the kept rows.
+//! - **Queries** keep only the best rows while reading postings (the cap and a margin, and of
+//!   each segment's ties with the worst kept the same number, the first in path order): only
+//!   those are named (in ordinal order, a batch at a time), checked against the catalog and
+//!   read from the store. Ties are named in path order, one run of one score in one segment
+//!   at a time, and a run stops once it holds the cap; a cut run that refusals leave short
+//!   makes the query ask again keeping more. A catalog answer is one candidate per document
+//!   (its first section). Postings are read in two passes: first the sections some term
+//!   meets in a trail or an entry (boosted, so they score highest; driven by the rarest
+//!   term's postings when those are shorter than the trail and entry lists), then the
+//!   sections only text meets — skipped when the kept rows all beat the best such a section
+//!   could score. Any section is skipped before its columns (or a phrase's positions) are
+//!   read when its best possible score misses the kept rows.
 //! - **Commits** carry the sequence of the snapshot the index covers as their payload.
 //! - **Statistics** are tantivy's: a superseded or deleted section still counts in N, the mean
 //!   length and df until a merge drops it (as in any segment index); the match rule never

@@ -1,6 +1,6 @@
 //! The rows a search keeps while it reads postings: scored candidates before their paths
-//! are known, the best of them with every tie of the worst kept, and the bounds that let a
-//! section be passed over before its columns are read.
+//! are named, the best of them with each segment's first ties of the worst kept in path
+//! order, and the bounds that let a section be passed over before its columns are read.
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
