@@ -36,6 +36,14 @@ use quire_log::{DocPath, DocState, Timestamp, WorldState};
 use crate::body::SectionHit;
 use crate::query::{CatalogQuery, Filter, Terms};
 
+/// What a building thread made; its panic goes on in the caller.
+fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    match handle.join() {
+        Ok(built) => built,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
 /// Pads the end of a title in the trigram index, so every character of a title starts a
 /// trigram (a title's text may hold it too; matches are always confirmed on the title).
 const END: char = '\u{3}';
@@ -70,12 +78,17 @@ impl Indexed {
     }
 
     fn grams(&self) -> Vec<Arc<str>> {
+        self.gram_chars()
+            .into_iter()
+            .map(|g| g.iter().collect::<String>().into())
+            .collect()
+    }
+
+    /// The title's distinct trigrams as characters (no allocation per trigram).
+    fn gram_chars(&self) -> Vec<[char; 3]> {
         let padded: Vec<char> = self.lower_title.chars().chain([END, END]).collect();
-        let mut out: Vec<Arc<str>> = padded
-            .windows(3)
-            .map(|w| w.iter().collect::<String>().into())
-            .collect();
-        out.sort();
+        let mut out: Vec<[char; 3]> = padded.windows(3).map(|w| [w[0], w[1], w[2]]).collect();
+        out.sort_unstable();
         out.dedup();
         out
     }
@@ -98,6 +111,21 @@ fn importance_key(importance: &str) -> u64 {
 }
 
 type Pair = (Arc<str>, Arc<str>);
+
+/// A path in a trigram's set: ordered by a hash of the path first, so building and updating a
+/// set with a million paths compares integers held in place, not strings behind pointers
+/// (the order within a set means nothing: its paths are candidates, checked on the title).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct GramPath(u64, Arc<str>);
+
+impl GramPath {
+    fn new(path: &Arc<str>) -> GramPath {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        path.hash(&mut hasher);
+        GramPath(hasher.finish(), path.clone())
+    }
+}
 type RankKey = (Reverse<u64>, Reverse<Timestamp>, Arc<str>);
 
 /// One LOOKUP result.
@@ -121,7 +149,7 @@ pub struct CatalogMatch {
 pub struct CatalogIndex {
     docs: OrdMap<DocPath, Indexed>,
     tags: OrdSet<Pair>,
-    grams: OrdMap<Arc<str>, OrdSet<Arc<str>>>,
+    grams: OrdMap<Arc<str>, OrdSet<GramPath>>,
     ranked: OrdSet<RankKey>,
 }
 
@@ -140,8 +168,9 @@ impl CatalogIndex {
         )
     }
 
-    /// The catalog of `entries` (distinct paths), built at once: no lookups before each
-    /// insert, and the title grams, most of the work, on a second thread beside the rest.
+    /// The catalog of `entries` (distinct paths, in order), built at once: no lookups before
+    /// each insert, every set filled in its own order, and the title grams, the tags with
+    /// the ranking, and the documents each on a thread of their own.
     fn from_entries(
         entries: impl Iterator<Item = (DocPath, DocCatalog, Timestamp)>,
     ) -> CatalogIndex {
@@ -153,26 +182,51 @@ impl CatalogIndex {
             .collect();
         std::thread::scope(|scope| {
             let grams = scope.spawn(|| {
-                let mut by_gram: HashMap<Arc<str>, OrdSet<Arc<str>>> = HashMap::new();
+                let mut by_gram: HashMap<[char; 3], Vec<GramPath>> = HashMap::new();
                 for (_, key, entry) in &entries {
-                    for gram in entry.grams() {
-                        by_gram.entry(gram).or_default().insert(key.clone());
+                    let path = GramPath::new(key);
+                    for gram in entry.gram_chars() {
+                        by_gram.entry(gram).or_default().push(path.clone());
                     }
                 }
-                by_gram.into_iter().collect::<OrdMap<_, _>>()
+                by_gram
+                    .into_iter()
+                    .map(|(gram, mut paths)| {
+                        // Inserted in order, each insert walks the right edge of the set.
+                        paths.sort_unstable();
+                        let gram: Arc<str> = gram.iter().collect::<String>().into();
+                        (gram, paths.into_iter().collect::<OrdSet<_>>())
+                    })
+                    .collect::<OrdMap<_, _>>()
+            });
+            let ordered = scope.spawn(|| {
+                let mut tags: Vec<Pair> = entries
+                    .iter()
+                    .flat_map(|(_, key, entry)| {
+                        entry
+                            .lower_tags
+                            .iter()
+                            .map(|tag| (tag.clone(), key.clone()))
+                    })
+                    .collect();
+                tags.sort_unstable();
+                let mut ranked: Vec<RankKey> = entries
+                    .iter()
+                    .map(|(_, key, entry)| entry.rank(key))
+                    .collect();
+                ranked.sort_unstable();
+                // Inserted in order, each insert walks the right edge of the set.
+                (
+                    tags.into_iter().collect::<OrdSet<_>>(),
+                    ranked.into_iter().collect::<OrdSet<_>>(),
+                )
             });
             let mut index = CatalogIndex::new();
-            for (path, key, entry) in &entries {
-                for tag in &entry.lower_tags {
-                    index.tags.insert((tag.clone(), key.clone()));
-                }
-                index.ranked.insert(entry.rank(key));
+            for (path, _, entry) in &entries {
                 index.docs.insert(path.clone(), entry.clone());
             }
-            index.grams = match grams.join() {
-                Ok(grams) => grams,
-                Err(panic) => std::panic::resume_unwind(panic),
-            };
+            (index.tags, index.ranked) = join(ordered);
+            index.grams = join(grams);
             index
         })
     }
@@ -213,8 +267,12 @@ impl CatalogIndex {
         for tag in &entry.lower_tags {
             self.tags.insert((tag.clone(), key.clone()));
         }
+        let gram_path = GramPath::new(&key);
         for gram in entry.grams() {
-            self.grams.entry(gram).or_default().insert(key.clone());
+            self.grams
+                .entry(gram)
+                .or_default()
+                .insert(gram_path.clone());
         }
         self.ranked.insert(entry.rank(&key));
         self.docs.insert(path.clone(), entry);
@@ -229,9 +287,10 @@ impl CatalogIndex {
         for tag in &old.lower_tags {
             self.tags.remove(&(tag.clone(), key.clone()));
         }
+        let gram_path = GramPath::new(&key);
         for gram in old.grams() {
             let emptied = self.grams.get_mut(&gram).is_some_and(|paths| {
-                paths.remove(&key);
+                paths.remove(&gram_path);
                 paths.is_empty()
             });
             if emptied {
@@ -327,7 +386,7 @@ impl CatalogIndex {
             self.grams
                 .range::<_, str>((Bound::Included(word), Bound::Unbounded))
                 .take_while(|(gram, _)| gram.starts_with(word))
-                .flat_map(|(_, paths)| paths.iter().cloned())
+                .flat_map(|(_, paths)| paths.iter().map(|p| p.1.clone()))
                 .collect()
         } else {
             // The rarest trigram bounds the candidates.
@@ -339,7 +398,7 @@ impl CatalogIndex {
                 })
                 .min_by_key(|paths| paths.map_or(0, OrdSet::len));
             match rarest.flatten() {
-                Some(paths) => paths.iter().cloned().collect(),
+                Some(paths) => paths.iter().map(|p| p.1.clone()).collect(),
                 None => Vec::new(),
             }
         };
