@@ -112,6 +112,8 @@ fn importance_key(importance: &str) -> u64 {
 
 type Pair = (Arc<str>, Arc<str>);
 
+type RankKey = (Reverse<u64>, Reverse<Timestamp>, Arc<str>);
+
 /// A path in a trigram's set: ordered by a hash of the path first, so building and updating a
 /// set with a million paths compares integers held in place, not strings behind pointers
 /// (the order within a set means nothing: its paths are candidates, checked on the title).
@@ -126,7 +128,6 @@ impl GramPath {
         GramPath(hasher.finish(), path.clone())
     }
 }
-type RankKey = (Reverse<u64>, Reverse<Timestamp>, Arc<str>);
 
 /// One LOOKUP result.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -431,29 +432,17 @@ impl Admission for CatalogIndex {
 }
 
 impl Admission for WorldState {
-    /// A live document's fields read from its state, checked as [`holds`] checks an
-    /// indexed one.
+    /// A live document's fields read from its state, checked as an indexed one is.
     fn admitted(&self, scope: &str, filters: &[Filter], path: &DocPath) -> Option<CatalogMatch> {
         if !in_scope(scope, path) {
             return None;
         }
         let doc = self.doc(path).filter(|d| !d.archived)?;
-        let catalog = &doc.catalog;
-        let passes = |filter: &Filter| match filter {
-            Filter::Tag(tag) => catalog.tags().any(|t| t.to_lowercase() == *tag),
-            Filter::ModifiedAfter(at) => doc.modified > *at,
-            Filter::ModifiedBefore(at) => doc.modified < *at,
-            Filter::Equals(key, value) => catalog.get(key) == Some(value.as_str()),
-        };
-        filters.iter().all(passes).then(|| CatalogMatch {
-            path: path.clone(),
-            title: catalog.title().to_owned(),
-            tags: catalog.tags().map(str::to_owned).collect(),
-            importance: catalog.importance(),
-            modified: doc.modified,
-            score: 0,
-            section: None,
-        })
+        let has_tag = |tag: &str| doc.catalog.tags().any(|t| t.to_lowercase() == tag);
+        filters
+            .iter()
+            .all(|f| passes(f, &doc.catalog, doc.modified, has_tag))
+            .then(|| match_of(path, &doc.catalog, doc.modified, 0))
     }
 }
 
@@ -484,21 +473,43 @@ fn pairs_with_first<'a>(
 }
 
 fn holds(filter: &Filter, doc: &Indexed) -> bool {
+    passes(filter, &doc.catalog, doc.modified, |tag| {
+        doc.lower_tags.iter().any(|t| **t == *tag)
+    })
+}
+
+/// Whether a document of `catalog` and `modified` passes `filter`; `has_tag` tells whether
+/// it holds a tag (given lowercased).
+fn passes(
+    filter: &Filter,
+    catalog: &DocCatalog,
+    modified: Timestamp,
+    has_tag: impl Fn(&str) -> bool,
+) -> bool {
     match filter {
-        Filter::Tag(tag) => doc.lower_tags.iter().any(|t| **t == *tag),
-        Filter::ModifiedAfter(at) => doc.modified > *at,
-        Filter::ModifiedBefore(at) => doc.modified < *at,
-        Filter::Equals(key, value) => doc.catalog.get(key) == Some(value.as_str()),
+        Filter::Tag(tag) => has_tag(tag),
+        Filter::ModifiedAfter(at) => modified > *at,
+        Filter::ModifiedBefore(at) => modified < *at,
+        Filter::Equals(key, value) => catalog.get(key) == Some(value.as_str()),
     }
 }
 
 fn to_match(path: &DocPath, doc: &Indexed, score: usize) -> CatalogMatch {
+    match_of(path, &doc.catalog, doc.modified, score)
+}
+
+fn match_of(
+    path: &DocPath,
+    catalog: &DocCatalog,
+    modified: Timestamp,
+    score: usize,
+) -> CatalogMatch {
     CatalogMatch {
         path: path.clone(),
-        title: doc.catalog.title().to_owned(),
-        tags: doc.catalog.tags().map(str::to_owned).collect(),
-        importance: doc.catalog.importance(),
-        modified: doc.modified,
+        title: catalog.title().to_owned(),
+        tags: catalog.tags().map(str::to_owned).collect(),
+        importance: catalog.importance(),
+        modified,
         score,
         section: None,
     }

@@ -229,7 +229,7 @@ mod tests_support {
         ];
         for i in 0..30 {
             docs.push((
-                Box::leak(format!("/gen/{i:02}.md").into_boxed_str()),
+                leak(format!("/gen/{i:02}.md")),
                 vec![("importance", ["0.2", "0.5", "0.8"][i % 3])],
                 format!(
                     "# Part {i}\nkey words number{i} and sys{}\n## Deep\nbuffer udp {}\n",
@@ -359,6 +359,32 @@ mod tests_support {
         (oracle, catalog, version)
     }
 
+    /// A path that lives as long as the tests (a [`Doc`] names its path as `&'static str`).
+    pub(super) fn leak(s: String) -> &'static str {
+        Box::leak(s.into_boxed_str())
+    }
+
+    /// Asks `version` each of `texts` at each cap (the query shaped by `shape`) and requires
+    /// the memory index's answer, never empty; returns each query with its answer.
+    pub(super) fn same_as_oracle(
+        (oracle, catalog, version): &(SectionIndex, CatalogIndex, IndexVersion),
+        texts: &[&str],
+        caps: &[usize],
+        shape: impl Fn(CatalogQuery) -> CatalogQuery,
+    ) -> Vec<(CatalogQuery, Vec<CatalogMatch>)> {
+        let mut answers = Vec::new();
+        for text in texts {
+            for max in caps {
+                let q = shape(CatalogQuery::new(*text).max(*max));
+                let got = version.lookup(&q, catalog).unwrap();
+                assert_eq!(got, oracle.lookup(&q, catalog), "{q:?}");
+                assert!(!got.is_empty(), "{q:?}");
+                answers.push((q, got));
+            }
+        }
+        answers
+    }
+
     #[test]
     fn a_stored_base_answers_as_the_memory_index() {
         let docs = corpus();
@@ -442,12 +468,12 @@ mod tests_support {
     fn rows_past_the_kept_margin_are_found_when_the_best_are_refused() {
         let mut docs: Vec<Doc> = (0..100)
             .map(|i| {
-                let path: &'static str = Box::leak(format!("/hot/{i:03}.md").into_boxed_str());
+                let path = leak(format!("/hot/{i:03}.md"));
                 (path, vec![], "hot hot hot\n".to_owned())
             })
             .collect();
         for i in 0..3 {
-            let path: &'static str = Box::leak(format!("/cold/{i}.md").into_boxed_str());
+            let path = leak(format!("/cold/{i}.md"));
             docs.push((
                 path,
                 vec![],
@@ -477,7 +503,6 @@ mod tests_support {
     #[test]
     fn text_only_sections_skipped_behind_boosted_rows_change_no_answer() {
         let mut docs: Vec<Doc> = Vec::new();
-        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
         // More catalog answers than the kept rows at small caps, every one above the best
         // a text-only section could score: the text-only pass is skipped there.
         for i in 0..100 {
@@ -524,7 +549,6 @@ mod tests_support {
     /// are the memory index's.
     #[test]
     fn runs_of_tied_rows_stop_early_and_change_no_answer() {
-        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
         let docs: Vec<Doc> = (0..240)
             .map(|i| (i * 97) % 240)
             .map(|i| {
@@ -535,21 +559,18 @@ mod tests_support {
                 )
             })
             .collect();
-        let (oracle, catalog, version) = build_in_segments(&docs, docs.len(), 80);
-        assert_eq!(version.base().unwrap().segments().len(), 3);
-        for text in ["hot", "words", "hot words", "\"hot words\"", "ho*"] {
-            for max in [1, 2, 3, 10, 65, 100, 0] {
-                let q = CatalogQuery::new(text).max(max);
-                let got = version.lookup(&q, &catalog).unwrap();
-                assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
-                assert!(!got.is_empty(), "{q:?}");
-            }
-        }
+        let built = build_in_segments(&docs, docs.len(), 80);
+        assert_eq!(built.2.base().unwrap().segments().len(), 3);
+        same_as_oracle(
+            &built,
+            &["hot", "words", "hot words", "\"hot words\"", "ho*"],
+            &[1, 2, 3, 10, 65, 100, 0],
+            |q| q,
+        );
     }
 
     #[test]
     fn tied_rows_cut_from_a_segment_are_read_again_when_filters_refuse_the_kept_ones() {
-        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
         // Three segments of 80 documents whose sections all tie; the first fills the kept
         // rows, so ties of the others are cut. Every document of the first passes the
         // filter, with late paths; the second's pass only at the end of its paths, beyond
@@ -566,27 +587,25 @@ mod tests_support {
                 )
             })
             .collect();
-        let (oracle, catalog, version) = build_in_segments(&docs, docs.len(), 80);
-        assert_eq!(version.base().unwrap().segments().len(), 3);
-        for text in ["hot", "words", "hot words", "\"hot words\""] {
-            for max in [1, 10, 30, 0] {
-                let q = CatalogQuery::new(text)
-                    .max(max)
-                    .filter(crate::query::Filter::tag("rare"));
-                let got = version.lookup(&q, &catalog).unwrap();
-                assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
-                assert!(
-                    got[0].path.as_str().starts_with("/tie/0"),
-                    "{q:?}: {}",
-                    got[0].path
-                );
-            }
+        let built = build_in_segments(&docs, docs.len(), 80);
+        assert_eq!(built.2.base().unwrap().segments().len(), 3);
+        let answers = same_as_oracle(
+            &built,
+            &["hot", "words", "hot words", "\"hot words\""],
+            &[1, 10, 30, 0],
+            |q| q.filter(Filter::tag("rare")),
+        );
+        for (q, got) in answers {
+            assert!(
+                got[0].path.as_str().starts_with("/tie/0"),
+                "{q:?}: {}",
+                got[0].path
+            );
         }
     }
 
     #[test]
     fn a_rare_word_beside_a_common_one_drives_the_boosted_pass_and_changes_no_answer() {
-        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
         // "common" is in the tags of most documents and in the headings of some, so its
         // trail and entry lists are far longer than "rare"'s postings; "rare" stands in
         // text with and without "common" in a tag, heading or text beside it.
@@ -602,20 +621,16 @@ mod tests_support {
                 (leak(format!("/mix/{i:03}.md")), vec![("tags", tags)], body)
             })
             .collect();
-        let (oracle, catalog, version) = build_in_segments(&docs, docs.len(), 70);
-        for text in ["common rare", "rare common", "rare", "\"common and\" rare"] {
-            for max in [1, 5, 25, 0] {
-                let q = CatalogQuery::new(text).max(max);
-                let got = version.lookup(&q, &catalog).unwrap();
-                assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
-                assert!(!got.is_empty(), "{q:?}");
-            }
-        }
+        same_as_oracle(
+            &build_in_segments(&docs, docs.len(), 70),
+            &["common rare", "rare common", "rare", "\"common and\" rare"],
+            &[1, 5, 25, 0],
+            |q| q,
+        );
     }
 
     #[test]
     fn phrases_passed_over_by_their_words_bound_change_no_answer() {
-        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
         // Weak phrase matches come first (once, in long sections), strong ones later
         // (often, in short sections), and the words stand apart in others: the kept rows'
         // threshold is set by weak ones before the strong ones are read.
@@ -631,15 +646,12 @@ mod tests_support {
                 (leak(format!("/ph/{i:03}.md")), vec![("tags", "x")], body)
             })
             .collect();
-        let (oracle, catalog, version) = build_in_segments(&docs, docs.len(), 60);
-        for text in ["\"alpha beta\"", "\"beta alpha\"", "\"alpha beta\" alpha"] {
-            for max in [1, 3, 10, 0] {
-                let q = CatalogQuery::new(text).max(max);
-                let got = version.lookup(&q, &catalog).unwrap();
-                assert_eq!(got, oracle.lookup(&q, &catalog), "{q:?}");
-                assert!(!got.is_empty(), "{q:?}");
-            }
-        }
+        same_as_oracle(
+            &build_in_segments(&docs, docs.len(), 60),
+            &["\"alpha beta\"", "\"beta alpha\"", "\"alpha beta\" alpha"],
+            &[1, 3, 10, 0],
+            |q| q,
+        );
     }
 
     #[test]

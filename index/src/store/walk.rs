@@ -152,27 +152,26 @@ impl Base {
             .map(|l| u64::from(l.postings.doc_freq()))
             .sum();
         let by_rarest = pass == Pass::TextOnly || rarest < boosted_lists;
-        let (mut driver, drive) = match by_rarest {
-            true => (
+        let (mut driver, drive) = if by_rarest {
+            (
                 std::mem::take(&mut needs[drive_term].groups[drive_group]),
                 Some((drive_term, drive_group)),
-            ),
+            )
+        } else {
             // Every trail and entry list of every term, read apart from `needs`.
-            false => {
-                let mut lists = Vec::new();
-                for (i, term) in terms.iter().enumerate() {
-                    let Some(need) = self.need(s, term, &expansions[i]) else {
-                        return Ok(());
-                    };
-                    lists.extend(
-                        need.groups
-                            .into_iter()
-                            .flatten()
-                            .filter(|l| l.kind != Kind::Text),
-                    );
-                }
-                (lists, None)
+            let mut lists = Vec::new();
+            for (i, term) in terms.iter().enumerate() {
+                let Some(need) = self.need(s, term, &expansions[i]) else {
+                    return Ok(());
+                };
+                lists.extend(
+                    need.groups
+                        .into_iter()
+                        .flatten()
+                        .filter(|l| l.kind != Kind::Text),
+                );
             }
+            (lists, None)
         };
         let single_word = matches!(terms, [Term::Word(_) | Term::Prefix(_)]);
         let mut met = vec![Met::default(); terms.len()];
