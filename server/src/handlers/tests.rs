@@ -237,14 +237,15 @@ async fn lookup_limit_counts_only_rows_the_caller_may_read() {
         None,
     );
     let w = world(dir.path(), vec![writer(), secret_reader]).await;
-    // The hidden documents rank first (higher importance), more of them than the limit.
-    for (dir, count, importance) in [("secret", 20, "0.9"), ("open", 3, "0.1")] {
+    // The hidden documents rank first (higher importance), more of them than the limit. The
+    // open ones rank by importance alone (their modified times may differ), n00 first.
+    for (dir, count, importance) in [("secret", 20, 90), ("open", 3, 30)] {
         for i in 0..count {
             let r = handle(
                 &w,
                 req(Verb::Publish, &format!("/{dir}/n{i:02}.md"))
                     .with_meta("tags", "widen")
-                    .with_meta("importance", importance)
+                    .with_meta("importance", &format!("0.{}", importance - i))
                     .with_body("# Note\n"),
             )
             .await;
