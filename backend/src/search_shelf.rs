@@ -67,6 +67,9 @@ pub struct BucketShelf {
     prefix: String,
     world: String,
     grace: Duration,
+    /// [`PART_BYTES`]; smaller in tests, so small files span parts. One world's copies must
+    /// share it: a file's parts are keyed by its name and index alone.
+    part_bytes: usize,
 }
 
 fn failed(why: impl std::fmt::Display) -> Error {
@@ -86,7 +89,14 @@ impl BucketShelf {
             prefix: prefix.to_owned(),
             world: world.to_owned(),
             grace,
+            part_bytes: PART_BYTES,
         }
+    }
+
+    #[cfg(test)]
+    fn with_part_bytes(mut self, part_bytes: usize) -> Self {
+        self.part_bytes = part_bytes;
+        self
     }
 
     fn manifest_dir(&self) -> String {
@@ -125,20 +135,27 @@ impl BucketShelf {
         }
     }
 
-    async fn fetch_part(&self, key: String, hash: String) -> Result<Bytes> {
+    /// Fetches one part, checks it against its manifest hash and its expected length, and
+    /// writes it at `offset` of `out`.
+    async fn fetch_part(
+        &self,
+        key: String,
+        hash: String,
+        out: Arc<ImportFile>,
+        offset: u64,
+        len: usize,
+    ) -> Result<()> {
         let found = self.blobs.get(&key).await.map_err(failed)?;
-        // Hashed off the task that polls every part, so parts hash on all cores at once.
         let data = found.data;
-        let (data, matches) = tokio::task::spawn_blocking(move || {
-            let matches = Hash::of(&data).to_hex() == hash;
-            (data, matches)
+        // Off the task that polls every part, so parts hash and write on all cores at once.
+        tokio::task::spawn_blocking(move || {
+            if data.len() != len || Hash::of(&data).to_hex() != hash {
+                return Err(damaged(&key, "the part does not match its manifest"));
+            }
+            out.write_at(offset, &data).map_err(failed)
         })
         .await
-        .map_err(failed)?;
-        if !matches {
-            return Err(damaged(&key, "the part does not match its manifest"));
-        }
-        Ok(data)
+        .map_err(failed)?
     }
 
     async fn manifests(&self) -> Result<Vec<(u64, quire_blob::Attributes)>> {
@@ -174,8 +191,9 @@ impl IndexShelf for BucketShelf {
         for name in &export.files {
             let bytes = store.read(name).map_err(failed)?;
             let bytes = bytes.as_slice();
-            let count = bytes.len().div_ceil(PART_BYTES).max(1);
-            let part = |i: usize| &bytes[i * PART_BYTES..((i + 1) * PART_BYTES).min(bytes.len())];
+            let size = self.part_bytes;
+            let count = bytes.len().div_ceil(size).max(1);
+            let part = |i: usize| &bytes[i * size..((i + 1) * size).min(bytes.len())];
             let hashes = (0..count).map(|i| Hash::of(part(i)).to_hex()).collect();
             futures::stream::iter(0..count)
                 .map(|i| self.create(self.part_key(name, i), Bytes::copy_from_slice(part(i))))
@@ -206,59 +224,50 @@ impl IndexShelf for BucketShelf {
             return Ok(None);
         };
         let manifest = self.read_manifest(&newest.key).await?;
-        if manifest.files.iter().any(|f| f.parts.is_empty()) {
-            return Err(damaged(
-                &newest.key,
-                "the manifest names a file of no parts",
-            ));
-        }
-        // Every part of every file in one ordered stream, so small files download in
-        // parallel too; each part is checked as it arrives and written in order.
-        let wanted: Vec<(usize, String, String)> = manifest
-            .files
-            .iter()
-            .enumerate()
-            .flat_map(|(f, file)| {
-                file.parts
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, hash)| (f, self.part_key(&file.name, i), hash.clone()))
-            })
-            .collect();
-        let mut parts = futures::stream::iter(wanted)
-            .map(|(f, key, hash)| async move { (f, self.fetch_part(key, hash).await) })
-            .buffered(PARALLEL);
-        let finish = |f: usize, out: ImportFile, size: u64| -> Result<()> {
-            let file = &manifest.files[f];
-            if size != file.size {
+        // Every file is cut at the part size, so its size fixes how many parts it has and
+        // where each one goes; a manifest that disagrees is refused before anything is fetched.
+        let size = self.part_bytes;
+        for file in &manifest.files {
+            let count =
+                usize::try_from(file.size.div_ceil(size as u64)).map_or(usize::MAX, |n| n.max(1));
+            if file.parts.len() != count {
                 return Err(damaged(
-                    &file.name,
-                    "the file has another size than its manifest",
+                    &newest.key,
+                    format!(
+                        "{:?} has {} parts for {} bytes",
+                        file.name,
+                        file.parts.len(),
+                        file.size
+                    ),
                 ));
             }
-            out.finish().map_err(failed)
-        };
-        let mut open: Option<(usize, ImportFile, u64)> = None;
-        while let Some((f, part)) = parts.next().await {
-            let part = part?;
-            let (_, out, size) = match open.take() {
-                Some(current) if current.0 == f => open.insert(current),
-                previous => {
-                    if let Some((prev, out, size)) = previous {
-                        finish(prev, out, size)?;
-                    }
-                    let out = into
-                        .file(&manifest.files[f].name)
-                        .map_err(|e| damaged(&newest.key, e))?;
-                    open.insert((f, out, 0))
-                }
-            };
-            *size += part.len() as u64;
-            out.write(&part).map_err(failed)?;
         }
-        drop(parts);
-        if let Some((f, out, size)) = open.take() {
-            finish(f, out, size)?;
+        let files: Vec<Arc<ImportFile>> = manifest
+            .files
+            .iter()
+            .map(|f| into.file(&f.name, f.size).map(Arc::new))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| damaged(&newest.key, e))?;
+        // Every part of every file in one stream, so small files download in parallel too;
+        // each part is checked and written at its place on the blocking pool as it arrives.
+        let mut wanted = Vec::new();
+        for (entry, out) in manifest.files.iter().zip(&files) {
+            for (i, hash) in entry.parts.iter().enumerate() {
+                let offset = (i * size) as u64;
+                let len = (entry.size - offset).min(size as u64) as usize;
+                let key = self.part_key(&entry.name, i);
+                wanted.push((key, hash.clone(), out.clone(), offset, len));
+            }
+        }
+        futures::stream::iter(wanted)
+            .map(|(key, hash, out, offset, len)| self.fetch_part(key, hash, out, offset, len))
+            .buffer_unordered(PARALLEL)
+            .try_collect::<()>()
+            .await?;
+        for out in files {
+            let out =
+                Arc::into_inner(out).ok_or_else(|| failed("a part is still being written"))?;
+            into.finish(out).map_err(failed)?;
         }
         let fetched = started.elapsed();
         let meta = manifest.meta;
@@ -327,5 +336,108 @@ impl IndexShelf for BucketShelf {
             }
         }
         Ok(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quire_blob::memory::MemoryStore;
+    use quire_index::EntryKey;
+    use quire_log::DocPath;
+
+    use super::*;
+
+    /// A committed store of `docs` documents whose files span many 64-byte parts.
+    fn store(docs: usize) -> Arc<SectionStore> {
+        let store = SectionStore::create(None).unwrap();
+        for i in 0..docs {
+            let body = format!("# Note {i}\n\nword{i} common text\n\n## More\n\nsecond {i}\n");
+            let key = EntryKey {
+                body_hash: Hash::of(body.as_bytes()),
+                title: format!("Note {i}"),
+                tags: vec!["t".into()],
+                importance: "0.5".into(),
+            };
+            let path = DocPath::parse(&format!("/n/{i:03}.md")).unwrap();
+            store.add(&path, key, &body).unwrap();
+        }
+        store.commit(7).unwrap();
+        Arc::new(store)
+    }
+
+    fn shelf(blobs: &Arc<MemoryStore>) -> BucketShelf {
+        BucketShelf::new(blobs.clone(), "w/", "world", Duration::ZERO).with_part_bytes(64)
+    }
+
+    /// Parts land in any order, in parallel, into files on disk or in memory: the copy holds
+    /// exactly the original's documents, and a part that differs from its manifest, or a
+    /// manifest whose part count disagrees with a file's size, is refused.
+    #[tokio::test]
+    async fn a_copy_cut_into_many_parts_arrives_whole_and_a_wrong_part_is_refused() {
+        let blobs = Arc::new(MemoryStore::new());
+        let original = store(40);
+        let shelf = shelf(&blobs);
+        shelf
+            .put(7, original.clone(), original.export().unwrap())
+            .await
+            .unwrap();
+        let parts = quire_blob::list_all(blobs.as_ref(), &shelf.files_dir(), "")
+            .await
+            .unwrap();
+        let files = original.export().unwrap().files.len();
+        assert!(
+            parts.len() > 4 * files,
+            "{} parts of {files} files",
+            parts.len()
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        for into in [Some(dir.path()), None] {
+            let (sequence, copy) = shelf
+                .take(Import::new(into).unwrap())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(sequence, 7);
+            assert_eq!(
+                copy.base().unwrap().keys().unwrap(),
+                original.base().unwrap().keys().unwrap()
+            );
+        }
+
+        // One part replaced by bytes of the same length.
+        let part = &parts[parts.len() / 2];
+        let bytes = blobs.get(&part.key).await.unwrap().data;
+        let wrong = Bytes::from(vec![b'x'; bytes.len()]);
+        blobs
+            .replace(&part.key, &part.generation, wrong)
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let refused = shelf.take(Import::new(Some(dir.path())).unwrap()).await;
+        assert!(refused.is_err(), "{refused:?}");
+
+        // A manifest whose file claims one byte more than its parts hold.
+        let key = shelf.manifest_key(7);
+        let found = blobs.get(&key).await.unwrap();
+        let mut manifest: Manifest = serde_json::from_slice(&found.data).unwrap();
+        let file = manifest
+            .files
+            .iter_mut()
+            .find(|f| f.parts.len() > 1)
+            .unwrap();
+        file.size = (file.parts.len() * 64) as u64 + 1;
+        let encoded = Bytes::from(serde_json::to_vec(&manifest).unwrap());
+        blobs
+            .replace(&key, &found.attributes.generation, encoded)
+            .await
+            .unwrap();
+        let refused = shelf.take(Import::new(None).unwrap()).await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("parts for")),
+            "{refused:?}"
+        );
     }
 }

@@ -41,10 +41,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use quire_log::{DocPath, Hash};
-use std::io::Write;
 use tantivy::columnar::{Column, StrColumn};
 
-use tantivy::directory::{Directory, MmapDirectory, RamDirectory, TerminatingWrite};
+use tantivy::directory::{Directory, MmapDirectory, RamDirectory};
 use tantivy::postings::SegmentPostings;
 use tantivy::schema::{
     FAST, Field, IndexRecordOption, STORED, STRING, Schema, TantivyDocument, TextFieldIndexing,
@@ -442,36 +441,83 @@ pub struct Export {
     pub files: Vec<String>,
 }
 
-/// Builds a stored index from copied files: files in `dir`, or in memory.
+/// Builds a stored index from copied files: files in `dir`, or in memory. Files are written
+/// by parts in any order, from any thread, and never synced: a copy is a cache in a fresh
+/// directory, verified when opened and downloaded again if lost.
 pub struct Import {
     directory: Box<dyn Directory>,
+    dir: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for Import {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Import").finish_non_exhaustive()
+        f.debug_struct("Import")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
     }
 }
 
-/// One file being copied in.
-pub struct ImportFile(tantivy::directory::WritePtr);
+/// One file being copied in: its bytes are written at their offsets, in any order.
+pub struct ImportFile {
+    name: String,
+    size: u64,
+    target: ImportTarget,
+}
+
+enum ImportTarget {
+    Disk(std::fs::File),
+    Memory(Mutex<Vec<u8>>),
+}
 
 impl fmt::Debug for ImportFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ImportFile").finish_non_exhaustive()
+        f.debug_struct("ImportFile")
+            .field("name", &self.name)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
     }
 }
 
 impl ImportFile {
-    pub fn write(&mut self, bytes: &[u8]) -> StoreResult<()> {
-        Ok(self.0.write_all(bytes)?)
+    /// Writes `bytes` at `offset`; refused past the file's size.
+    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> StoreResult<()> {
+        let end = offset.checked_add(bytes.len() as u64);
+        if end.is_none_or(|end| end > self.size) {
+            return Err(StoreError(format!(
+                "{} bytes at {offset} pass the end of {:?} ({} bytes)",
+                bytes.len(),
+                self.name,
+                self.size
+            )));
+        }
+        match &self.target {
+            ImportTarget::Disk(file) => Ok(write_all_at(file, bytes, offset)?),
+            ImportTarget::Memory(data) => {
+                let start = offset as usize;
+                data.lock().expect("import buffer poisoned")[start..start + bytes.len()]
+                    .copy_from_slice(bytes);
+                Ok(())
+            }
+        }
     }
+}
 
-    pub fn finish(mut self) -> StoreResult<()> {
-        self.0.flush()?;
-        let inner = self.0.into_inner().map_err(|e| StoreError(e.to_string()))?;
-        Ok(inner.terminate()?)
+#[cfg(unix)]
+fn write_all_at(file: &std::fs::File, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
+}
+
+#[cfg(windows)]
+fn write_all_at(file: &std::fs::File, mut bytes: &[u8], mut offset: u64) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        let written = std::os::windows::fs::FileExt::seek_write(file, bytes, offset)?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[written..];
+        offset += written as u64;
     }
+    Ok(())
 }
 
 impl Import {
@@ -483,19 +529,56 @@ impl Import {
             }
             None => Box::new(RamDirectory::create()),
         };
-        Ok(Import { directory })
+        Ok(Import {
+            directory,
+            dir: dir.map(Path::to_path_buf),
+        })
     }
 
-    /// Starts copying file `name` (a plain file name).
-    pub fn file(&self, name: &str) -> StoreResult<ImportFile> {
-        if name.contains(['/', '\\']) || name.starts_with('.') || name == "meta.json" {
+    /// Starts copying file `name` (a plain file name) of `size` bytes.
+    pub fn file(&self, name: &str, size: u64) -> StoreResult<ImportFile> {
+        if name.is_empty()
+            || name.contains(['/', '\\'])
+            || name.starts_with('.')
+            || name == "meta.json"
+        {
             return Err(StoreError(format!("{name:?} is no index file name")));
         }
-        let ptr = self
-            .directory
-            .open_write(Path::new(name))
-            .map_err(|e| StoreError(e.to_string()))?;
-        Ok(ImportFile(ptr))
+        let target = match &self.dir {
+            Some(dir) => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(dir.join(name))?;
+                file.set_len(size)?;
+                ImportTarget::Disk(file)
+            }
+            None => {
+                // A size no allocation holds is refused, not an abort.
+                let too_large = || StoreError(format!("{name:?} is too large for memory"));
+                let size = usize::try_from(size).map_err(|_| too_large())?;
+                let mut data = Vec::new();
+                data.try_reserve_exact(size).map_err(|_| too_large())?;
+                data.resize(size, 0);
+                ImportTarget::Memory(Mutex::new(data))
+            }
+        };
+        Ok(ImportFile {
+            name: name.to_owned(),
+            size,
+            target,
+        })
+    }
+
+    /// Ends copying `file`, every byte of which was written.
+    pub fn finish(&self, file: ImportFile) -> StoreResult<()> {
+        match file.target {
+            ImportTarget::Disk(_) => Ok(()),
+            ImportTarget::Memory(data) => {
+                let data = data.into_inner().expect("import buffer poisoned");
+                Ok(self.directory.atomic_write(Path::new(&file.name), &data)?)
+            }
+        }
     }
 
     /// Writes `meta` and opens the index, checking every file against its checksum.

@@ -707,10 +707,16 @@ mod copy_tests {
         assert!(!export.files.is_empty());
         for dir in [None, Some(tempfile_dir())] {
             let import = Import::new(dir.as_deref()).unwrap();
+            // Each file in parts of 7 bytes, last part first, as parallel downloads land.
             for name in &export.files {
-                let mut file = import.file(name).unwrap();
-                file.write(store.read(name).unwrap().as_slice()).unwrap();
-                file.finish().unwrap();
+                let bytes = store.read(name).unwrap();
+                let file = import.file(name, bytes.len() as u64).unwrap();
+                let parts: Vec<(usize, &[u8])> = bytes.as_slice().chunks(7).enumerate().collect();
+                for (i, part) in parts.into_iter().rev() {
+                    file.write_at(7 * i as u64, part).unwrap();
+                }
+                assert!(file.write_at(bytes.len() as u64, b"x").is_err());
+                import.finish(file).unwrap();
             }
             let copy = import.open(&export.meta).unwrap();
             let copied = IndexVersion::new(Some(copy.base().unwrap()));
@@ -727,8 +733,9 @@ mod copy_tests {
             }
         }
         let import = Import::new(None).unwrap();
-        assert!(import.file("../escape").is_err());
-        assert!(import.file("meta.json").is_err());
+        assert!(import.file("../escape", 1).is_err());
+        assert!(import.file("meta.json", 1).is_err());
+        assert!(import.file("huge", u64::MAX).is_err());
         let _ = SectionStore::create(None).unwrap();
     }
 
