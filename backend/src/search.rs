@@ -482,12 +482,22 @@ async fn download(
     let keyed = started.elapsed();
     let mut changed: Vec<DocPath> = Vec::new();
     let mut copied = keys.iter().peekable();
+    let digest_of = |doc: &DocState| {
+        let catalog = &doc.catalog;
+        let importance = catalog.importance();
+        quire_index::store::key_digest_of(
+            &doc.body_hash,
+            catalog.title(),
+            catalog.tags(),
+            &importance,
+        )
+    };
     for doc in state.docs().filter(|d| !d.archived) {
         while let Some((path, _)) = copied.next_if(|(p, _)| p.as_str() < doc.path.as_str()) {
             changed.extend(DocPath::parse(path).ok());
         }
         match copied.next_if(|(p, _)| p.as_str() == doc.path.as_str()) {
-            Some((_, digest)) if *digest == quire_index::store::key_digest(&entry_key(doc)) => {}
+            Some((_, digest)) if *digest == digest_of(doc) => {}
             _ => changed.push(doc.path.clone()),
         }
     }
