@@ -159,6 +159,42 @@ struct ShardBuild {
     given: bool,
 }
 
+/// Encodes and hashes shards (bits, index, documents) on the blocking pool, a run of them per
+/// task, and returns them in order with their documents: a checkpoint that rebuilds a tier
+/// encodes every document in it, which one thread does in seconds at a million.
+async fn encode_shards(
+    jobs: Vec<(u8, u32, Vec<FoldedDoc>)>,
+) -> std::result::Result<Vec<(Hash, Bytes, Vec<FoldedDoc>)>, String> {
+    let mut runs: Vec<Vec<(u8, u32, Vec<FoldedDoc>)>> = vec![Vec::new()];
+    let mut in_run = 0;
+    for job in jobs {
+        if in_run >= ENCODE_RUN_ENTRIES {
+            runs.push(Vec::new());
+            in_run = 0;
+        }
+        in_run += job.2.len();
+        runs.last_mut().expect("a run").push(job);
+    }
+    let tasks = runs.into_iter().map(|run| {
+        tokio::task::spawn_blocking(move || run.into_iter().map(encode_shard).collect::<Vec<_>>())
+    });
+    // In the order of `jobs`: try_join_all answers in the order of its futures.
+    let done = futures::future::try_join_all(tasks)
+        .await
+        .map_err(|e| format!("encoding shards stopped: {e}"))?;
+    Ok(done.into_iter().flatten().collect())
+}
+
+/// Entries one encoding task takes: enough to outweigh handing it over, few enough that a
+/// tier of a million spreads over every core.
+const ENCODE_RUN_ENTRIES: usize = 16_384;
+
+fn encode_shard((bits, index, docs): (u8, u32, Vec<FoldedDoc>)) -> (Hash, Bytes, Vec<FoldedDoc>) {
+    let entries: Vec<ShardDoc<'_>> = docs.iter().map(|(d, h, c)| (&**d, &**h, *c)).collect();
+    let bytes = encode_shard_entries(bits, index, &entries);
+    (Hash::of(&bytes), bytes, docs)
+}
+
 fn group(tier: usize, bits: u8, docs: Vec<(Arc<DocState>, u64)>) -> Vec<ShardBuild> {
     let mut shards: Vec<Vec<(Arc<DocState>, u64)>> = vec![Vec::new(); 1 << bits];
     for (doc, changed) in docs {
@@ -566,13 +602,17 @@ impl CheckpointJob {
             let changed = if builds[b].tier == 0 { 0 } else { changed };
             per_build[b].push((doc, refs, changed));
         }
+        let jobs = builds
+            .iter()
+            .zip(per_build)
+            .map(|(b, docs)| (b.bits, b.index, docs))
+            .collect();
+        let encoded = encode_shards(jobs)
+            .await
+            .map_err(|e| Error::new(op, checkpoint_key(prefix, s), ErrorKind::Precondition, e))?;
         let mut shards: Vec<(Hash, Bytes)> = Vec::with_capacity(builds.len());
         let mut folded_docs = Vec::new();
-        for (build, docs) in builds.iter().zip(&per_build) {
-            let entries: Vec<ShardDoc<'_>> =
-                docs.iter().map(|(d, h, c)| (&**d, &**h, *c)).collect();
-            let bytes = encode_shard_entries(build.bits, build.index, &entries);
-            let hash = Hash::of(&bytes);
+        for (build, (hash, bytes, docs)) in builds.iter().zip(encoded) {
             tiers[build.tier].shards[build.index as usize] = Some(hash);
             shards.push((hash, bytes));
             folded_docs.extend(
