@@ -245,7 +245,7 @@ async fn lookup_limit_counts_only_rows_the_caller_may_read() {
                 &w,
                 req(Verb::Publish, &format!("/{dir}/n{i:02}.md"))
                     .with_meta("tags", "widen")
-                    .with_meta("importance", &format!("0.{}", importance - i))
+                    .with_meta("importance", format!("0.{}", importance - i))
                     .with_body("# Note\n"),
             )
             .await;
