@@ -7,9 +7,8 @@
 //! holding a document changed since the base. History blocks are placed by the log alone:
 //! the last block of a document whose history epoch ended lives in that epoch's pack (built
 //! here from the documents the replica kept at the epoch's cut), every other block is stored
-//! alone. Objects are written bottom-up (history blocks, packs and shards together, as nothing
-//! names them yet; then the root; then the checkpoint), so a reader never finds a name
-//! pointing at nothing; a job cut short leaves orphans a
+//! alone. Objects are written bottom-up (history blocks and packs, shards, root, checkpoint),
+//! so a reader never finds a name pointing at nothing; a job cut short leaves orphans a
 //! later job reuses through create-if-absent.
 
 use std::collections::{BTreeSet, HashMap};
@@ -659,20 +658,20 @@ impl CheckpointJob {
         let keyed_shards = shards
             .into_iter()
             .map(|(hash, bytes)| (shard_key(prefix, &hash), bytes));
-        // Blocks, packs and shards in one stream: nothing names any of them until the root
-        // does, so a base rebuild's thousands of shards need not wait for the last block.
-        let outcomes: Vec<(Put, usize)> = futures::stream::iter(keyed_blocks.chain(keyed_shards))
-            .map(|(key, bytes)| async move {
-                let len = bytes.len();
-                put_addressed(store, &key, bytes, fence, op)
-                    .await
-                    .map(|p| (p, len))
-            })
-            .buffer_unordered(workers)
-            .try_collect()
-            .await?;
-        for (outcome, len) in outcomes {
-            stats.count(outcome, len);
+        for objects in [keyed_blocks.collect::<Vec<_>>(), keyed_shards.collect()] {
+            let outcomes: Vec<(Put, usize)> = futures::stream::iter(objects)
+                .map(|(key, bytes)| async move {
+                    let len = bytes.len();
+                    put_addressed(store, &key, bytes, fence, op)
+                        .await
+                        .map(|p| (p, len))
+                })
+                .buffer_unordered(workers)
+                .try_collect()
+                .await?;
+            for (outcome, len) in outcomes {
+                stats.count(outcome, len);
+            }
         }
         let len = root_bytes.len();
         stats.count(
