@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::report::{CaseError, CaseResult, Outcome, SuiteReport};
 use bytes::Bytes;
@@ -143,6 +143,24 @@ fn expect_error<T: std::fmt::Debug>(
     }
 }
 
+/// How much later than the stored modification time a mutation may report it.
+const WRITE_DATE_SLACK: Duration = Duration::from_secs(2);
+
+/// Whether `read` (what a get or head shows) is the object a mutation answered with
+/// `written`: the same key, size and generation, and a modification time the mutation
+/// reported at or just after the stored one, never before. S3's `PutObject` answer carries no
+/// modification time, so that driver reports the answer's `Date`, which can fall in the next
+/// second; a later time only makes age fences more careful.
+fn same_object(read: &Attributes, written: &Attributes) -> bool {
+    read.key == written.key
+        && read.size == written.size
+        && read.generation == written.generation
+        && written
+            .modified
+            .duration_since(read.modified)
+            .is_ok_and(|later| later <= WRITE_DATE_SLACK)
+}
+
 fn check_attributes(attrs: &Attributes, key: &str, size: usize, what: &str) -> Result<(), String> {
     ensure(attrs.key == key, || {
         format!("{what}: key {:?} != {key:?}", attrs.key)
@@ -178,11 +196,11 @@ async fn round_trips(ctx: Ctx) -> CaseResult {
         )?;
         check_attributes(&created, &key, data.len(), "create")?;
         let got = expect_data(&ctx, &key, &data, "get").await?;
-        ensure(got == created, || {
+        ensure(same_object(&got, &created), || {
             format!("get attributes {got:?} != create {created:?}")
         })?;
         let head = ok(ctx.store.head(&key).await, "head")?;
-        ensure(head == created, || {
+        ensure(same_object(&head, &created), || {
             format!("head {head:?} != create {created:?}")
         })?;
     }
@@ -198,7 +216,7 @@ async fn no_aliasing(ctx: Ctx) -> CaseResult {
     )?;
     input.copy_from_slice(b"mutated!");
     let first = expect_data(&ctx, &key, b"original", "get after mutating the input").await?;
-    ensure(first == created, || {
+    ensure(same_object(&first, &created), || {
         "attributes changed without a write".into()
     })?;
     let replaced = ok(
@@ -232,7 +250,7 @@ async fn duplicate_create(ctx: Ctx) -> CaseResult {
         "second create",
     )?;
     let got = expect_data(&ctx, &key, b"first", "get after duplicate").await?;
-    ensure(got == created, || {
+    ensure(same_object(&got, &created), || {
         "attributes changed by a failed create".into()
     })?;
     Ok(())
@@ -453,7 +471,7 @@ async fn expect_one_winner(
     }
     let (i, attrs) = winner.ok_or_else(|| format!("no {what} won"))?;
     let got = expect_data(ctx, key, format!("racer {i}").as_bytes(), "winner's data").await?;
-    ensure(got == attrs, || {
+    ensure(same_object(&got, &attrs), || {
         "stored attributes differ from the winner's".into()
     })?;
     Ok(())
@@ -679,7 +697,7 @@ async fn validation(ctx: Ctx) -> CaseResult {
         }
     }
     let got = expect_data(&ctx, &key, b"v", "get after refused mutations").await?;
-    ensure(got == created, || {
+    ensure(same_object(&got, &created), || {
         "refused mutations changed the object".into()
     })?;
     let long_prefix = "p".repeat(MAX_KEY_LEN + 1);
@@ -835,4 +853,32 @@ async fn missing_keys(ctx: Ctx) -> CaseResult {
         "head after",
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attributes(generation: &str, modified_secs: u64) -> Attributes {
+        Attributes {
+            key: "k".into(),
+            size: 3,
+            generation: Generation::new(generation),
+            modified: SystemTime::UNIX_EPOCH + Duration::from_secs(modified_secs),
+        }
+    }
+
+    #[test]
+    fn a_mutation_may_date_its_object_a_little_later_and_never_earlier() {
+        let stored = attributes("g1", 1_000);
+        assert!(same_object(&stored, &attributes("g1", 1_000)));
+        assert!(same_object(&stored, &attributes("g1", 1_001)));
+        assert!(same_object(&stored, &attributes("g1", 1_002)));
+        assert!(!same_object(&stored, &attributes("g1", 1_003)));
+        assert!(!same_object(&stored, &attributes("g1", 999)));
+        assert!(!same_object(&stored, &attributes("g2", 1_000)));
+        let mut bigger = attributes("g1", 1_000);
+        bigger.size = 4;
+        assert!(!same_object(&stored, &bigger));
+    }
 }
