@@ -18,6 +18,8 @@
 //! - Two racing creates of one key: exactly one wins. Two racing replaces at one generation:
 //!   exactly one wins.
 //! - A failed call returns no partial value: there is no attribute, object or page to misuse.
+//! - A mutation's attributes are what a read then shows, except `modified`, which may be
+//!   up to [`MUTATION_DATE_SLACK`] later (never earlier).
 //! - Returned bytes never alias stored state ([`Bytes`] is immutable and reference-counted).
 //! - Keys: non-empty, not `.` or `..`, at most [`MAX_KEY_LEN`] bytes, UTF-8 (guaranteed by
 //!   `&str`), no CR or LF. Prefixes follow the same text rules but may be empty, `.` or `..`.
@@ -84,8 +86,8 @@ pub use simulated::{
     real_gcs_latency,
 };
 pub use types::{
-    Attributes, Generation, ListPage, MAX_KEY_LEN, Object, validate_key, validate_prefix,
-    validate_start_after,
+    Attributes, Generation, ListPage, MAX_KEY_LEN, MUTATION_DATE_SLACK, Object, validate_key,
+    validate_prefix, validate_start_after,
 };
 
 /// An object store with create-if-absent, generation-conditioned replace and delete, and

@@ -17,8 +17,8 @@
 //!
 //! S3's `PutObject` answer carries no modification time, so a successful `create` or `replace`
 //! reports the answer's `Date`: the bucket's clock as it answered, at or just after the
-//! `Last-Modified` that `head`, `get` and `list` will show (the same second for a small
-//! object), never before it. That keeps a mutation to one request (reading the attributes
+//! `Last-Modified` that `head`, `get` and `list` will show (the same second or the next for a
+//! small object, within [`MUTATION_DATE_SLACK`](crate::MUTATION_DATE_SLACK)), never before it. That keeps a mutation to one request (reading the attributes
 //! back cost a second round trip on every slot create) and keeps age fences on the safe side:
 //! an object reads as no older than it is. An answer without a date reports the local clock.
 //! Times are cut to whole seconds, as S3's headers carry them.

@@ -1,7 +1,7 @@
 //! Values the contract speaks in, and the input rules every driver applies before any I/O.
 
 use std::fmt;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
@@ -9,6 +9,12 @@ use crate::error::{Error, ErrorKind, Op, Result};
 
 /// The longest key or prefix, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
+
+/// How much later than the stored modification time a mutation may report it (never
+/// earlier). S3's `PutObject` answer carries no modification time, so that driver reports the
+/// answer's `Date`, which can fall in the next second; a later time only makes age fences more
+/// careful.
+pub const MUTATION_DATE_SLACK: Duration = Duration::from_secs(2);
 
 /// An object's revision token. Opaque: compare for equality only.
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -9,14 +9,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use crate::report::{CaseError, CaseResult, Outcome, SuiteReport};
 use bytes::Bytes;
 use futures::StreamExt;
 use quire_blob::{
     Attributes, BlobStore, Cancelable, Error, ErrorKind, Generation, MAX_KEY_LEN, MAX_LIST_PAGE,
-    Op, list_all,
+    MUTATION_DATE_SLACK, Op, list_all,
 };
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
@@ -143,14 +143,9 @@ fn expect_error<T: std::fmt::Debug>(
     }
 }
 
-/// How much later than the stored modification time a mutation may report it.
-const WRITE_DATE_SLACK: Duration = Duration::from_secs(2);
-
 /// Whether `read` (what a get or head shows) is the object a mutation answered with
 /// `written`: the same key, size and generation, and a modification time the mutation
-/// reported at or just after the stored one, never before. S3's `PutObject` answer carries no
-/// modification time, so that driver reports the answer's `Date`, which can fall in the next
-/// second; a later time only makes age fences more careful.
+/// reported at or up to [`MUTATION_DATE_SLACK`] after the stored one, never before.
 fn same_object(read: &Attributes, written: &Attributes) -> bool {
     read.key == written.key
         && read.size == written.size
@@ -158,7 +153,7 @@ fn same_object(read: &Attributes, written: &Attributes) -> bool {
         && written
             .modified
             .duration_since(read.modified)
-            .is_ok_and(|later| later <= WRITE_DATE_SLACK)
+            .is_ok_and(|later| later <= MUTATION_DATE_SLACK)
 }
 
 fn check_attributes(attrs: &Attributes, key: &str, size: usize, what: &str) -> Result<(), String> {
@@ -857,6 +852,8 @@ async fn missing_keys(ctx: Ctx) -> CaseResult {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn attributes(generation: &str, modified_secs: u64) -> Attributes {
