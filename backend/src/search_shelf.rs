@@ -38,9 +38,10 @@ pub const SEARCH_DIR: &str = "search/v1/";
 pub const PART_BYTES: usize = 4 << 20;
 /// Parts moved at once.
 const PARALLEL: usize = 16;
-/// The manifest format this release writes and reads (2: the index schema with stored
-/// priors and positional word runs).
-const FORMAT: u32 = 2;
+/// The manifest format this release writes and reads (3: one positional words field per
+/// part, compound tokens beside the runs, and zstd stored blocks; 2 had separate token
+/// fields).
+const FORMAT: u32 = 3;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {

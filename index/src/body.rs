@@ -596,10 +596,6 @@ impl SectionIndex {
 pub(crate) struct IndexedDoc<'a>(pub(crate) &'a Doc);
 
 impl IndexedDoc<'_> {
-    pub(crate) fn entry_tokens(&self) -> impl Iterator<Item = &str> {
-        self.0.entry_tokens.iter().map(|t| &**t)
-    }
-
     /// Per section: anchor, heading, text, trail, text tokens with counts, length and trail
     /// tokens.
     pub(crate) fn sections(&self) -> impl Iterator<Item = SectionParts<'_>> {

@@ -3,15 +3,15 @@
 //!
 //! - **Documents.** Every section of a document is one tantivy document carrying the
 //!   document's path (indexed, for deletes and scope, and a column to name rows), its ancestor
-//!   directories (for scope), its text tokens with counts, its trail tokens, the document's
-//!   entry tokens (tags and title), the union of text and trail tokens (whose document
-//!   frequency is the df of a term), its exact token count, its number in the document, the
-//!   digest of the document's [`EntryKey`] (what tells whether it is current), its prior
-//!   (importance and journal demotion, so a score is final while postings are read), the
-//!   word runs of its text, of its trail (heading by heading) and of the entry (title and
-//!   each tag) with their positions (for phrases), and stored anchor, heading and text (for
-//!   rows and snippets). Tokens follow [`crate::tokens`]; they hold no whitespace, so they
-//!   are handed to tantivy joined by spaces under its whitespace tokenizer.
+//!   directories (for scope), the words of its text, of its trail (heading by heading) and of
+//!   the document's entry (title and each tag) with their positions, the union of its text
+//!   and trail tokens (whose document frequency is the df of a term), its exact token count,
+//!   its number in the document, the digest of the document's [`EntryKey`] (what tells
+//!   whether it is current), its prior (importance and journal demotion, so a score is final
+//!   while postings are read), and stored anchor, heading and text (for rows and snippets).
+//! - **Words** fields hold every word run and compound token of their part (`store/words.rs`),
+//!   so one field serves both words and phrases. The token union holds tokens only, joined by
+//!   spaces under tantivy's whitespace tokenizer (tokens hold no whitespace).
 //! - **Queries** keep only the best rows while reading postings (the cap and a margin, and of
 //!   each segment's ties with the worst kept the same number, the first in path order): only
 //!   those are named (in ordinal order, a batch at a time), checked against the catalog and
@@ -61,13 +61,22 @@ use crate::tokens::{self, MAX_PREFIX_EXPANSION, Term};
 
 mod kept;
 mod walk;
+mod words;
 use kept::{Candidate, KEEP_MARGIN, OrdF64, Top, below, text_only_bound};
+use words::{WORDS_TOKENIZER, WordsTokenizer};
 
 /// Memory the writer may buffer before it writes a segment.
 const WRITER_BUDGET: usize = 50_000_000;
 /// Bytes of stored sections compressed together: a row reads (and decompresses) one such
 /// block, so small blocks keep a row cheap (tantivy's default is 16 KiB).
 const STORE_BLOCK_BYTES: usize = 4096;
+/// How stored blocks are compressed: zstd holds sections' text in about two thirds of lz4's
+/// bytes (the stored text is half of a built index, and every byte of it is downloaded by a
+/// cold replica), and a row still decompresses only its 4 KiB block.
+const STORE_COMPRESSOR: tantivy::store::Compressor =
+    tantivy::store::Compressor::Zstd(tantivy::store::ZstdCompressor {
+        compression_level: Some(3),
+    });
 /// Decompressed stored blocks kept per segment.
 const STORE_CACHE_BLOCKS: usize = 4;
 
@@ -108,13 +117,10 @@ pub type StoreResult<T> = std::result::Result<T, StoreError>;
 struct Fields {
     path: Field,
     dirs: Field,
-    text: Field,
-    trail: Field,
-    entry: Field,
     any: Field,
-    text_runs: Field,
-    trail_runs: Field,
-    entry_runs: Field,
+    text_words: Field,
+    trail_words: Field,
+    entry_words: Field,
     len: Field,
     number: Field,
     key: Field,
@@ -126,30 +132,10 @@ struct Fields {
 
 const POSITIONS: IndexRecordOption = IndexRecordOption::WithFreqsAndPositions;
 
-/// Separates headings (or title and tags) in a runs field, so no phrase spans two: it is no
-/// word run.
-const RUNS_SEPARATOR: &str = "|";
-
-/// The word runs of `parts` (see [`tokens::word_runs`]) in order, each part's apart.
-fn runs_of<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
-    let mut out = String::new();
-    for (i, part) in parts.into_iter().enumerate() {
-        if i > 0 {
-            out.push(' ');
-            out.push_str(RUNS_SEPARATOR);
-        }
-        for (_, run) in tokens::word_runs(part) {
-            out.push(' ');
-            out.push_str(&run);
-        }
-    }
-    out
-}
-
-fn tokens_indexing(option: IndexRecordOption) -> TextOptions {
+fn tokens_indexing(tokenizer: &str, option: IndexRecordOption) -> TextOptions {
     TextOptions::default().set_indexing_options(
         TextFieldIndexing::default()
-            .set_tokenizer("whitespace")
+            .set_tokenizer(tokenizer)
             .set_index_option(option)
             .set_fieldnorms(false),
     )
@@ -160,13 +146,13 @@ fn schema() -> (Schema, Fields) {
     let fields = Fields {
         path: b.add_text_field("path", STRING | FAST),
         dirs: b.add_text_field("dirs", STRING),
-        text: b.add_text_field("text", tokens_indexing(IndexRecordOption::WithFreqs)),
-        trail: b.add_text_field("trail", tokens_indexing(IndexRecordOption::Basic)),
-        entry: b.add_text_field("entry", tokens_indexing(IndexRecordOption::Basic)),
-        any: b.add_text_field("any", tokens_indexing(IndexRecordOption::Basic)),
-        text_runs: b.add_text_field("text_runs", tokens_indexing(POSITIONS)),
-        trail_runs: b.add_text_field("trail_runs", tokens_indexing(POSITIONS)),
-        entry_runs: b.add_text_field("entry_runs", tokens_indexing(POSITIONS)),
+        any: b.add_text_field(
+            "any",
+            tokens_indexing("whitespace", IndexRecordOption::Basic),
+        ),
+        text_words: b.add_text_field("text_words", tokens_indexing(WORDS_TOKENIZER, POSITIONS)),
+        trail_words: b.add_text_field("trail_words", tokens_indexing(WORDS_TOKENIZER, POSITIONS)),
+        entry_words: b.add_text_field("entry_words", tokens_indexing(WORDS_TOKENIZER, POSITIONS)),
         len: b.add_u64_field("len", FAST),
         number: b.add_u64_field("number", FAST),
         key: b.add_u64_field("key", FAST),
@@ -187,13 +173,10 @@ fn fields_of(schema: &Schema) -> StoreResult<Fields> {
     Ok(Fields {
         path: f("path")?,
         dirs: f("dirs")?,
-        text: f("text")?,
-        trail: f("trail")?,
-        entry: f("entry")?,
         any: f("any")?,
-        text_runs: f("text_runs")?,
-        trail_runs: f("trail_runs")?,
-        entry_runs: f("entry_runs")?,
+        text_words: f("text_words")?,
+        trail_words: f("trail_words")?,
+        entry_words: f("entry_words")?,
         len: f("len")?,
         number: f("number")?,
         key: f("key")?,
@@ -271,6 +254,7 @@ impl SectionStore {
         };
         let settings = tantivy::IndexSettings {
             docstore_blocksize: STORE_BLOCK_BYTES,
+            docstore_compression: STORE_COMPRESSOR,
             ..Default::default()
         };
         let index = Index::create(raw.box_clone(), schema, settings)?;
@@ -293,6 +277,9 @@ impl SectionStore {
 
     fn with_index(index: Index, raw: Box<dyn Directory>) -> StoreResult<SectionStore> {
         let fields = fields_of(&index.schema())?;
+        index
+            .tokenizers()
+            .register(WORDS_TOKENIZER, WordsTokenizer::default());
         let writer = index.writer_with_num_threads(1, WRITER_BUDGET)?;
         let reader = index
             .reader_builder()
@@ -321,9 +308,6 @@ impl SectionStore {
     fn add_doc(&self, path: &DocPath, key: &EntryKey, doc: IndexedDoc<'_>) -> StoreResult<()> {
         let f = self.fields;
         let digest = key_digest(key);
-        let entry = doc.entry_tokens().collect::<Vec<_>>().join(" ");
-        let entry_runs =
-            runs_of(std::iter::once(key.title.as_str()).chain(key.tags.iter().map(|t| t.as_str())));
         let prior = body::prior(&key.importance, path);
         let writer = self.writer();
         for (number, s) in doc.sections().enumerate() {
@@ -332,17 +316,7 @@ impl SectionStore {
             for dir in ancestors(path.as_str()) {
                 d.add_text(f.dirs, dir);
             }
-            let mut text = String::new();
-            for (token, count) in s.tf {
-                for _ in 0..*count {
-                    text.push_str(token);
-                    text.push(' ');
-                }
-            }
-            d.add_text(f.text, &text);
-            let trail = s.trail_tokens.iter().map(|t| &**t).collect::<Vec<_>>();
-            d.add_text(f.trail, trail.join(" "));
-            d.add_text(f.entry, &entry);
+            let trail = s.trail_tokens.iter().map(|t| &**t);
             let mut any: Vec<&str> = s.tf.iter().map(|(t, _)| &**t).chain(trail).collect();
             any.sort_unstable();
             any.dedup();
@@ -351,9 +325,14 @@ impl SectionStore {
             d.add_u64(f.number, number as u64);
             d.add_u64(f.key, digest);
             d.add_f64(f.prior, prior);
-            d.add_text(f.text_runs, runs_of([s.text]));
-            d.add_text(f.trail_runs, runs_of(s.trail.iter().map(|h| h.as_str())));
-            d.add_text(f.entry_runs, &entry_runs);
+            d.add_text(f.text_words, s.text);
+            for heading in s.trail {
+                d.add_text(f.trail_words, heading);
+            }
+            d.add_text(f.entry_words, &key.title);
+            for tag in &key.tags {
+                d.add_text(f.entry_words, tag);
+            }
             d.add_text(f.anchor, s.anchor);
             d.add_text(f.heading, s.heading);
             d.add_text(f.stored_text, s.text);
@@ -739,7 +718,7 @@ impl Base {
     pub(crate) fn tokens_from(&self, stem: &str) -> Vec<(Arc<str>, u64)> {
         let mut found: std::collections::BTreeMap<Arc<str>, u64> = Default::default();
         for s in self.segments() {
-            for field in [self.fields.any, self.fields.entry] {
+            for field in [self.fields.any, self.fields.entry_words] {
                 let Ok(inv) = s.inverted_index(field) else {
                     continue;
                 };
@@ -752,6 +731,10 @@ impl Base {
                     };
                     if !token.starts_with(stem) {
                         break;
+                    }
+                    // Entry words hold every run, and a run past the token length is no token.
+                    if !tokens::keep(token) {
+                        continue;
                     }
                     *found.entry(token.into()).or_default() += u64::from(stream.value().doc_freq);
                 }
@@ -821,9 +804,21 @@ impl Base {
             let mut lists = Vec::new();
             for token in tokens {
                 for (field, kind, option) in [
-                    (self.fields.text, Kind::Text, IndexRecordOption::WithFreqs),
-                    (self.fields.trail, Kind::Trail, IndexRecordOption::Basic),
-                    (self.fields.entry, Kind::Entry, IndexRecordOption::Basic),
+                    (
+                        self.fields.text_words,
+                        Kind::Text,
+                        IndexRecordOption::WithFreqs,
+                    ),
+                    (
+                        self.fields.trail_words,
+                        Kind::Trail,
+                        IndexRecordOption::Basic,
+                    ),
+                    (
+                        self.fields.entry_words,
+                        Kind::Entry,
+                        IndexRecordOption::Basic,
+                    ),
                 ] {
                     if let Some(postings) = open(field, token, option) {
                         lists.push(List { postings, kind });

@@ -23,7 +23,8 @@ pub fn is_word_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-fn keep(token: &str) -> bool {
+/// Whether the token rule keeps `token` (by its length).
+pub(crate) fn keep(token: &str) -> bool {
     token.len() <= MAX_TOKEN_BYTES && token.chars().nth(MIN_TOKEN_CHARS - 1).is_some()
 }
 
@@ -50,25 +51,58 @@ pub fn tokens(text: &str) -> Vec<String> {
     out
 }
 
-/// The lowercased word runs of `text` with their byte ranges in `text`, in order (what a
-/// phrase is matched against; every run, however short).
-pub fn word_runs(text: &str) -> Vec<(std::ops::Range<usize>, String)> {
-    let mut out = Vec::new();
-    let mut start = None;
-    for (i, c) in text.char_indices() {
-        match (is_word_char(c), start) {
-            (true, None) => start = Some(i),
-            (false, Some(s)) => {
-                out.push((s..i, text[s..i].to_lowercase()));
-                start = None;
+/// One whitespace field of a text, split as the token rule splits it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// The field's word runs: the runs of word characters of the field lowercased (so a
+    /// character whose lowercase holds a non-word character splits a run, as in the token
+    /// rule), each with the byte range in the text of the characters it came from.
+    pub runs: Vec<(std::ops::Range<usize>, String)>,
+    /// The field's whole token when it holds two runs or more (with one, the whole is that
+    /// run) and the token rule keeps it: `path.match` for `Path.Match`.
+    pub compound: Option<String>,
+}
+
+/// The whitespace fields of `text`, in order. Their runs and compounds hold exactly the
+/// tokens [`for_each_token`] yields (each kept run, and each kept compound), and every run
+/// besides.
+pub fn fields(text: &str) -> impl Iterator<Item = Field> + '_ {
+    text.split_whitespace().map(move |field| {
+        // `field` is a slice of `text`: where it starts.
+        let base = field.as_ptr() as usize - text.as_ptr() as usize;
+        // `str::to_lowercase` differs from lowercasing each character only in the final
+        // sigma, which is one character either way: the two walk in step.
+        let lower = field.to_lowercase();
+        let mut lowered = lower.chars();
+        let mut runs = Vec::new();
+        let mut run: Option<(usize, usize, String)> = None;
+        for (i, c) in field.char_indices() {
+            for _ in c.to_lowercase() {
+                let Some(l) = lowered.next() else { break };
+                if is_word_char(l) {
+                    let (_, end, text) = run.get_or_insert_with(|| (base + i, 0, String::new()));
+                    *end = base + i + c.len_utf8();
+                    text.push(l);
+                } else if let Some((start, end, text)) = run.take() {
+                    runs.push((start..end, text));
+                }
             }
-            _ => {}
         }
-    }
-    if let Some(s) = start {
-        out.push((s..text.len(), text[s..].to_lowercase()));
-    }
-    out
+        if let Some((start, end, text)) = run {
+            runs.push((start..end, text));
+        }
+        let compound = (runs.len() > 1)
+            .then(|| lower.trim_matches(|c: char| !is_word_char(c)))
+            .filter(|whole| keep(whole))
+            .map(str::to_owned);
+        Field { runs, compound }
+    })
+}
+
+/// The word runs of `text` with their byte ranges in `text`, in order (what a phrase is
+/// matched against; every run, however short).
+pub fn word_runs(text: &str) -> Vec<(std::ops::Range<usize>, String)> {
+    fields(text).flat_map(|f| f.runs).collect()
 }
 
 /// One term of a body query.
@@ -211,5 +245,43 @@ mod tests {
         assert_eq!(phrase_count(["buffer", "udp"], &phrase), 0);
         let spans = word_runs("Hi, Bob_2!");
         assert_eq!(spans, [(0..2, "hi".into()), (4..9, "bob_2".into())]);
+    }
+
+    #[test]
+    fn runs_split_where_the_token_rule_splits() {
+        // U+0130 lowercases to `i` and a combining dot, which is no word character: the
+        // token rule splits there, so the runs do too, each naming the characters it came
+        // from.
+        let spans = word_runs("xİy-z");
+        assert_eq!(
+            spans,
+            [(0..3, "xi".into()), (3..4, "y".into()), (5..6, "z".into())]
+        );
+        assert_eq!(tokens("xİy-z"), ["xi\u{307}y-z", "xi"]);
+        // The final sigma is lowercased as the whole field is.
+        assert_eq!(word_runs("ΟΔΟΣ")[0].1, "οδος");
+        assert_eq!(tokens("ΟΔΟΣ"), ["οδος"]);
+        let path = fields("Path.Match ok").collect::<Vec<_>>();
+        assert_eq!(path[0].compound.as_deref(), Some("path.match"));
+        assert_eq!(path[1].compound, None);
+    }
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    proptest::proptest! {
+        /// The kept runs and compounds of the fields are the tokens, counted alike: what
+        /// lets the stored index count a token's occurrences from its word postings.
+        #[test]
+        fn fields_hold_the_tokens(text in "(\\PC{0,6}[ .,İΣσ_-]?){0,12}") {
+            let mut from_fields = Vec::new();
+            for field in fields(&text) {
+                from_fields.extend(field.compound);
+                from_fields.extend(field.runs.into_iter().map(|(_, r)| r).filter(|r| keep(r)));
+            }
+            proptest::prop_assert_eq!(sorted(from_fields), sorted(tokens(&text)));
+        }
     }
 }

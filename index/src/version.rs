@@ -226,6 +226,12 @@ mod tests_support {
                 vec![("tags", "t,alpha")],
                 "alpha\n## Sub\nbeta gamma\n".into(),
             ),
+            (
+                "/compound.md",
+                vec![("tags", "rust-lang,ops"), ("title", "Web.Config guide")],
+                "# Node.js Setup\nrun node.js twice: Node.js, then node js.\n## İstanbul\nxİy-z\n"
+                    .into(),
+            ),
         ];
         for i in 0..30 {
             docs.push((
@@ -293,6 +299,15 @@ mod tests_support {
         "\"notes network\"",
         "\"part 3\" deep",
         "\"key key\"",
+        "node.js",
+        "\"node js\"",
+        "node",
+        "rust-lang",
+        "\"rust lang\"",
+        "web.config setup",
+        "istanbul",
+        "xİy-z",
+        "xi",
     ];
 
     pub(super) fn queries() -> Vec<CatalogQuery> {

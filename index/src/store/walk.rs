@@ -117,9 +117,9 @@ impl Base {
             .iter()
             .map(|t| match t {
                 Term::Phrase(words) => Some([
-                    self.phrase_lists(s, self.fields.text_runs, words),
-                    self.phrase_lists(s, self.fields.trail_runs, words),
-                    self.phrase_lists(s, self.fields.entry_runs, words),
+                    self.phrase_lists(s, self.fields.text_words, words),
+                    self.phrase_lists(s, self.fields.trail_words, words),
+                    self.phrase_lists(s, self.fields.entry_words, words),
                 ]),
                 _ => None,
             })
