@@ -277,9 +277,7 @@ impl SectionStore {
 
     fn with_index(index: Index, raw: Box<dyn Directory>) -> StoreResult<SectionStore> {
         let fields = fields_of(&index.schema())?;
-        index
-            .tokenizers()
-            .register(WORDS_TOKENIZER, WordsTokenizer::default());
+        index.tokenizers().register(WORDS_TOKENIZER, WordsTokenizer);
         let writer = index.writer_with_num_threads(1, WRITER_BUDGET)?;
         let reader = index
             .reader_builder()

@@ -28,7 +28,9 @@ pub(crate) fn keep(token: &str) -> bool {
     token.len() <= MAX_TOKEN_BYTES && token.chars().nth(MIN_TOKEN_CHARS - 1).is_some()
 }
 
-/// Calls `emit` with every token of `text`, in order (a token may repeat).
+/// Calls `emit` with every token of `text`, in order (a token may repeat). [`fields`] splits
+/// alike, keeping the runs too; this walk allocates no run, as indexing calls it on every
+/// section, and `fields_hold_the_tokens` holds the two together.
 pub fn for_each_token(text: &str, mut emit: impl FnMut(&str)) {
     for field in text.split_whitespace() {
         let lower = field.to_lowercase();

@@ -12,41 +12,52 @@ use crate::tokens;
 /// The name the words fields' tokenizer is registered under.
 pub(super) const WORDS_TOKENIZER: &str = "quire_words";
 
-/// Splits a value into its words; keeps one buffer of tokens between values.
-#[derive(Clone, Default)]
-pub(super) struct WordsTokenizer {
-    tokens: Vec<Token>,
-}
+/// Registered once per index; holds nothing between values.
+#[derive(Clone)]
+pub(super) struct WordsTokenizer;
 
+/// The words of one value, a whitespace field at a time: only that field's tokens are held,
+/// however long the value.
 pub(super) struct Words<'a> {
-    tokens: &'a mut [Token],
-    /// How many tokens have been handed out; the current one is the last of them.
-    at: usize,
-    /// What a stream not yet advanced, or past its end, lends.
-    none: Token,
+    fields: Box<dyn Iterator<Item = tokens::Field> + 'a>,
+    /// The current field's tokens not yet handed out.
+    pending: std::vec::IntoIter<Token>,
+    token: Token,
+    /// The position of the next run.
+    position: usize,
 }
 
 impl Tokenizer for WordsTokenizer {
     type TokenStream<'a> = Words<'a>;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> Words<'a> {
-        self.tokens.clear();
-        let mut position = 0;
-        for field in tokens::fields(text) {
-            let first = position;
-            for (range, run) in field.runs {
-                self.tokens.push(word(run, range, position));
-                position += 1;
-            }
-            if let Some(compound) = field.compound {
-                self.tokens.push(word(compound, 0..0, first));
-            }
-        }
         Words {
-            tokens: &mut self.tokens,
-            at: 0,
-            none: Token::default(),
+            fields: Box::new(tokens::fields(text)),
+            pending: Vec::new().into_iter(),
+            token: Token::default(),
+            position: 0,
         }
+    }
+}
+
+impl Words<'_> {
+    /// The tokens of `field`: its runs from the next position, then its compound at its
+    /// first run's.
+    fn tokens_of(&mut self, field: tokens::Field) -> Vec<Token> {
+        let first = self.position;
+        let span = match (field.runs.first(), field.runs.last()) {
+            (Some((first, _)), Some((last, _))) => first.start..last.end,
+            _ => 0..0,
+        };
+        let mut out = Vec::with_capacity(field.runs.len() + 1);
+        for (range, run) in field.runs {
+            out.push(word(run, range, self.position));
+            self.position += 1;
+        }
+        if let Some(compound) = field.compound {
+            out.push(word(compound, span, first));
+        }
+        out
     }
 }
 
@@ -62,25 +73,54 @@ fn word(text: String, range: std::ops::Range<usize>, position: usize) -> Token {
 
 impl TokenStream for Words<'_> {
     fn advance(&mut self) -> bool {
-        if self.at < self.tokens.len() {
-            self.at += 1;
-            true
-        } else {
-            false
+        loop {
+            if let Some(token) = self.pending.next() {
+                self.token = token;
+                return true;
+            }
+            let Some(field) = self.fields.next() else {
+                return false;
+            };
+            self.pending = self.tokens_of(field).into_iter();
         }
     }
 
     fn token(&self) -> &Token {
-        self.at
-            .checked_sub(1)
-            .and_then(|i| self.tokens.get(i))
-            .unwrap_or(&self.none)
+        &self.token
     }
 
     fn token_mut(&mut self) -> &mut Token {
-        match self.at.checked_sub(1) {
-            Some(i) if i < self.tokens.len() => &mut self.tokens[i],
-            _ => &mut self.none,
+        &mut self.token
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<(String, usize)> {
+        let mut tokenizer = WordsTokenizer;
+        let mut stream = tokenizer.token_stream(text);
+        let mut out = Vec::new();
+        while stream.advance() {
+            out.push((stream.token().text.clone(), stream.token().position));
         }
+        out
+    }
+
+    #[test]
+    fn runs_take_positions_in_order_and_a_compound_its_first_runs() {
+        assert_eq!(
+            words("See Path.Match, a b"),
+            [
+                ("see".to_owned(), 0),
+                ("path".to_owned(), 1),
+                ("match".to_owned(), 2),
+                ("path.match".to_owned(), 1),
+                ("a".to_owned(), 3),
+                ("b".to_owned(), 4),
+            ]
+        );
+        assert!(words(" \n ").is_empty());
     }
 }
