@@ -62,7 +62,7 @@ use crate::tokens::{self, MAX_PREFIX_EXPANSION, Term};
 mod kept;
 mod walk;
 mod words;
-use kept::{Candidate, KEEP_MARGIN, OrdF64, Top, below, text_only_bound};
+use kept::{Candidate, OrdF64, Top, below, kept_for, text_only_bound};
 use words::{WORDS_TOKENIZER, WordsTokenizer};
 
 /// Memory the writer may buffer before it writes a segment.
@@ -867,7 +867,7 @@ impl Base {
         } else {
             query.max
         };
-        let mut keep = want.saturating_add(KEEP_MARGIN);
+        let mut keep = kept_for(want);
         loop {
             let mut top = Top::new(keep);
             for pass in [Pass::Boosted, Pass::TextOnly] {
@@ -924,7 +924,7 @@ impl Base {
         let mut best: BinaryHeap<std::cmp::Reverse<OrdF64>> = BinaryHeap::new();
         let mut catalog_rows: HashSet<DocPath> = HashSet::new();
         let mut start = 0;
-        let mut chunk = want.saturating_add(KEEP_MARGIN);
+        let mut chunk = kept_for(want);
         // The run of candidates with one score in one segment being read (in path order),
         // its accepted rows and the path ordinal of the last.
         let mut run: Option<(u64, u32)> = None;

@@ -648,8 +648,10 @@ mod tests_support {
     fn phrases_passed_over_by_their_words_bound_change_no_answer() {
         // Weak phrase matches come first (once, in long sections), strong ones later
         // (often, in short sections), and the words stand apart in others: the kept rows'
-        // threshold is set by weak ones before the strong ones are read.
+        // threshold is set by weak ones before the strong ones are read. Importance varies,
+        // so the bound's own length and prior are both tried against the threshold.
         let filler = "lorem ipsum dolor sit amet ".repeat(30);
+        let importance = ["1", "0.3", "0", "0.7", "0.5"];
         let docs: Vec<Doc> = (0..120)
             .map(|i| {
                 let body = match i % 3 {
@@ -658,7 +660,8 @@ mod tests_support {
                     1 => format!("# Apart\n\nalpha {filler} beta\n"),
                     _ => "# Near\n\nbeta alpha beta\n".to_owned(),
                 };
-                (leak(format!("/ph/{i:03}.md")), vec![("tags", "x")], body)
+                let meta = vec![("tags", "x"), ("importance", importance[i % 5])];
+                (leak(format!("/ph/{i:03}.md")), meta, body)
             })
             .collect();
         same_as_oracle(

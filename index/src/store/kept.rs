@@ -69,8 +69,13 @@ pub(super) fn text_only_bound(stats: &Ranking) -> f64 {
         * MAX_PRIOR
 }
 
-/// Rows past the cap kept while reading postings, for rows the catalog or a skip refuses.
-pub(super) const KEEP_MARGIN: usize = 64;
+/// How many rows are kept while reading postings for a cap of `want`: the cap and a margin
+/// for rows the catalog or a skip refuses (a sixteenth of the cap, at least 8 and at most
+/// 64). The margin lowers the score a section must beat to be kept, so a small cap keeps a
+/// small one; when refusals eat it the search asks again keeping more.
+pub(super) fn kept_for(want: usize) -> usize {
+    want.saturating_add((want / 16).clamp(8, 64))
+}
 
 /// The best candidates seen: at most `keep` of them, plus candidates tying with the worst
 /// kept (rows that tie order by path, and paths of different segments compare only by name),

@@ -53,15 +53,15 @@ fn phrase_at(lists: &mut [SegmentPostings], doc: DocId, positions: &mut Vec<Vec<
         .count() as u32
 }
 
-/// The most a section met as `met` says can score before its prior, at the shortest length.
-/// With `loose` (phrases counted by their words), a section every term meets in its entry
-/// may still be no catalog answer, so the bound is the better of both.
-fn best_score(met: &[Met], stats: &Ranking, loose: bool) -> f64 {
+/// The most a section met as `met` says can score before its prior, at length `len` (0:
+/// any length). With `loose` (phrases counted by their words), a section every term meets
+/// in its entry may still be no catalog answer, so the bound is the better of both.
+fn best_score(met: &[Met], stats: &Ranking, loose: bool, len: u32) -> f64 {
     let catalog = met.iter().all(|m| m.entry);
     let ranked = || {
         met.iter()
             .zip(&stats.idf)
-            .map(|(m, idf)| term_score(*idf, m.count, m.trail, m.entry, 0, stats.average))
+            .map(|(m, idf)| term_score(*idf, m.count, m.trail, m.entry, len, stats.average))
             .sum::<f64>()
     };
     match (catalog, loose) {
@@ -175,7 +175,18 @@ impl Base {
         };
         let single_word = matches!(terms, [Term::Word(_) | Term::Prefix(_)]);
         let mut met = vec![Met::default(); terms.len()];
+        // Every term must meet a section, so when one misses `doc` no section before the
+        // next it meets can be a row: the driver seeks there instead of stepping to it.
+        let mut skip_to: DocId = 0;
         loop {
+            if skip_to == TERMINATED {
+                break;
+            }
+            for list in driver.iter_mut() {
+                if list.postings.doc() < skip_to {
+                    list.postings.seek(skip_to);
+                }
+            }
             let doc = driver
                 .iter()
                 .map(|l| l.postings.doc())
@@ -204,6 +215,7 @@ impl Base {
                     list.seek(doc);
                 }
                 if list.doc() != doc {
+                    skip_to = list.doc();
                     continue;
                 }
             }
@@ -225,7 +237,16 @@ impl Base {
                             record(&mut m, list);
                         }
                     }
-                    groups_met &= any;
+                    if !any {
+                        // Each list now stands past `doc`: the group's next section.
+                        skip_to = lists
+                            .iter()
+                            .map(|l| l.postings.doc())
+                            .min()
+                            .unwrap_or(TERMINATED);
+                        groups_met = false;
+                        break;
+                    }
                 }
                 if !groups_met {
                     all = false;
@@ -244,12 +265,17 @@ impl Base {
             }
             // Before positions are read, the same bound with each phrase's words for the
             // phrase: it occurs at most as often as they do, and only where they are.
+            // Positions cost far more than two column values, so this bound takes the
+            // section's own length and prior.
             if phrases.iter().any(Option::is_some)
                 && let Some(threshold) = out.threshold()
-                && below(best_score(&met, stats, true) * MAX_PRIOR, threshold)
             {
-                out.dropped = true;
-                continue;
+                let len = lens.first(doc).unwrap_or(0) as u32;
+                let prior = priors.first(doc).unwrap_or(MAX_PRIOR);
+                if below(best_score(&met, stats, true, len) * prior, threshold) {
+                    out.dropped = true;
+                    continue;
+                }
             }
             let mut gone = false;
             for (i, lists) in phrases.iter_mut().enumerate() {
@@ -275,7 +301,7 @@ impl Base {
             // The best this section could score (shortest length, highest prior): when
             // that misses the kept rows, its columns are not read.
             if let Some(threshold) = out.threshold()
-                && below(best_score(&met, stats, false) * MAX_PRIOR, threshold)
+                && below(best_score(&met, stats, false, 0) * MAX_PRIOR, threshold)
             {
                 out.dropped = true;
                 continue;
