@@ -331,8 +331,12 @@ impl BodySearch {
                 }
             }
         };
-        index
-            .lookup(query, snapshot.admission())
+        // A body answer walks postings for up to a few hundred milliseconds of CPU: on the
+        // blocking pool, so it never holds a runtime worker that other requests wait on.
+        let (snapshot, owned) = (snapshot.clone(), query.clone());
+        tokio::task::spawn_blocking(move || index.lookup(&owned, snapshot.admission()))
+            .await
+            .map_err(|e| unavailable(&query.scope, e.to_string()))?
             .map_err(|e| unavailable(&query.scope, e.to_string()))
     }
 }
@@ -467,6 +471,15 @@ async fn download(
     let dir = fresh_dir(options)?;
     let import = Import::new(dir.as_ref().map(|d| d.path()))?;
     let started = Instant::now();
+    // What the copy is compared with does not depend on it: the state's key digests are
+    // taken on the blocking pool while the copy downloads.
+    // Dropped without a copy, `wanted` stops them.
+    let (live, wanted) = (state.clone(), CancellationToken::new());
+    let digests = {
+        let wanted = wanted.clone();
+        tokio::task::spawn_blocking(move || state_digests(&live, &wanted))
+    };
+    let _stop_digests = wanted.drop_guard();
     let store = match shelf.take(import).await {
         Ok(Some((_, store))) => Arc::new(store),
         Ok(None) => return Ok(None),
@@ -480,28 +493,8 @@ async fn download(
     let reading = base.clone();
     let keys = blocking(move || reading.keys()).await?;
     let keyed = started.elapsed();
-    let mut changed: Vec<DocPath> = Vec::new();
-    let mut copied = keys.iter().peekable();
-    let digest_of = |doc: &DocState| {
-        let catalog = &doc.catalog;
-        let importance = catalog.importance();
-        quire_index::store::key_digest_of(
-            &doc.body_hash,
-            catalog.title(),
-            catalog.tags(),
-            &importance,
-        )
-    };
-    for doc in state.docs().filter(|d| !d.archived) {
-        while let Some((path, _)) = copied.next_if(|(p, _)| p.as_str() < doc.path.as_str()) {
-            changed.extend(DocPath::parse(path).ok());
-        }
-        match copied.next_if(|(p, _)| p.as_str() == doc.path.as_str()) {
-            Some((_, digest)) if *digest == digest_of(doc) => {}
-            _ => changed.push(doc.path.clone()),
-        }
-    }
-    changed.extend(copied.filter_map(|(p, _)| DocPath::parse(p).ok()));
+    let digests = digests.await.map_err(store_error)?;
+    let changed = blocking(move || Ok(differing_paths(&keys, &digests))).await?;
     let compared = started.elapsed();
     let differing = changed.len();
     let mut version = IndexVersion::new(Some(base));
@@ -522,6 +515,46 @@ async fn download(
         },
         version,
     )))
+}
+
+/// Every live document of `state`, in path order, with the digest of its entry key as a
+/// copy of the section index stores it; cut short (its answer then unused) once `wanted`
+/// is cancelled.
+fn state_digests(state: &WorldState, wanted: &CancellationToken) -> Vec<(Arc<DocState>, u64)> {
+    state
+        .docs()
+        .filter(|d| !d.archived)
+        .enumerate()
+        .take_while(|(i, _)| i % 4096 != 0 || !wanted.is_cancelled())
+        .map(|(_, doc)| {
+            let catalog = &doc.catalog;
+            let digest = quire_index::store::key_digest_of(
+                &doc.body_hash,
+                catalog.title(),
+                catalog.tags(),
+                &catalog.importance(),
+            );
+            (doc.clone(), digest)
+        })
+        .collect()
+}
+
+/// The paths where a copy's keys (path-sorted) and the state's digests (path-sorted)
+/// disagree: a document missing from either side or indexed under another key.
+fn differing_paths(copied: &[(String, u64)], live: &[(Arc<DocState>, u64)]) -> Vec<DocPath> {
+    let mut changed: Vec<DocPath> = Vec::new();
+    let mut copied = copied.iter().peekable();
+    for (doc, digest) in live {
+        while let Some((path, _)) = copied.next_if(|(p, _)| p.as_str() < doc.path.as_str()) {
+            changed.extend(DocPath::parse(path).ok());
+        }
+        match copied.next_if(|(p, _)| p.as_str() == doc.path.as_str()) {
+            Some((_, stored)) if stored == digest => {}
+            _ => changed.push(doc.path.clone()),
+        }
+    }
+    changed.extend(copied.filter_map(|(p, _)| DocPath::parse(p).ok()));
+    changed
 }
 
 /// A new stored index holding every live document of `state`, committed at its sequence.
