@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo bench -p quire-backend --bench search -- [--docs N] [--seed S] [--queries Q]
-//!     [--dir PATH] [--write-only] [--exit-when-warm]
+//!     [--dir PATH] [--write-only] [--exit-when-warm] [--limit L] [--exit-after-queries]
 //! ```
 //!
 //! A generator publishes `N` realistic markdown documents (headings, lists, code fences,
@@ -30,6 +30,8 @@
 //! writer's checkpoint covers the corpus), the corpus is not written again and the writer
 //! store is opened only after the warm figures, so they are one replica's alone.
 //!
+//! `--limit L` measures queries at that limit alone; `--exit-after-queries` stops after them.
+//!
 //! `--exit-when-warm` exits right after the warm figures, without freeing anything, so a heap
 //! profiler run over the bench reports what the warm replica holds as still allocated.
 //!
@@ -52,6 +54,11 @@ use quire_log::marker::GENESIS_SEQUENCE;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// The server's allocator, so resident memory is what a server's would be.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug)]
 struct Args {
     docs: usize,
@@ -60,6 +67,9 @@ struct Args {
     dir: Option<PathBuf>,
     write_only: bool,
     exit_when_warm: bool,
+    /// The limits queries are measured at.
+    limits: Vec<usize>,
+    exit_after_queries: bool,
 }
 
 fn parse_args() -> Args {
@@ -70,6 +80,8 @@ fn parse_args() -> Args {
         dir: None,
         write_only: false,
         exit_when_warm: false,
+        limits: vec![1000, 10],
+        exit_after_queries: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -81,6 +93,8 @@ fn parse_args() -> Args {
             "--dir" => args.dir = Some(PathBuf::from(value())),
             "--write-only" => args.write_only = true,
             "--exit-when-warm" => args.exit_when_warm = true,
+            "--limit" => args.limits = vec![value().parse().expect("--limit L")],
+            "--exit-after-queries" => args.exit_after_queries = true,
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
@@ -473,7 +487,7 @@ async fn main() {
             .collect();
         // The server asks for the caller's limit (10 unless the caller says) and at most
         // 1000; both ends are measured over the same queries.
-        for limit in [1000, 10] {
+        for &limit in &args.limits {
             let mut times = Vec::with_capacity(args.queries);
             let mut total_rows = 0usize;
             let cpu_before = cpu_seconds();
@@ -498,6 +512,10 @@ async fn main() {
                 cpu * 1e3 / args.queries.max(1) as f64
             );
         }
+    }
+
+    if args.exit_after_queries {
+        std::process::exit(0);
     }
 
     // A copy of the reader's index in the bucket (as after a checkpoint), then a third cold
