@@ -624,6 +624,20 @@ struct Columns {
 }
 
 impl Columns {
+    /// The highest prior a section of the segment has, from the column's statistics (an
+    /// upper bound): a world whose documents set no importance is bounded by its default
+    /// prior instead of the highest there is, so kept rows pass over far more sections.
+    fn prior_bound(&self) -> f64 {
+        let max = self.priors.max_value();
+        let full = self.priors.get_cardinality() == tantivy::columnar::Cardinality::Full;
+        // A section without a value scores at prior 1.
+        if full && max.is_finite() && max >= 0.0 {
+            max
+        } else {
+            kept::MAX_PRIOR.max(if max.is_finite() { max } else { f64::INFINITY })
+        }
+    }
+
     fn of(s: &SegmentReader) -> StoreResult<Columns> {
         let fast = s.fast_fields();
         Ok(Columns {
@@ -871,17 +885,20 @@ impl Base {
         loop {
             let mut top = Top::new(keep);
             for pass in [Pass::Boosted, Pass::TextOnly] {
-                // A section met only in text scores at most this: once the kept rows all
-                // beat it, no text-only section can be among them.
-                if pass == Pass::TextOnly
-                    && top
-                        .threshold()
-                        .is_some_and(|t| below(text_only_bound(stats), t))
-                {
-                    top.dropped = true;
-                    break;
-                }
                 for (number, s) in self.segments().iter().enumerate() {
+                    // A section of this segment met only in text scores at most this: once
+                    // the kept rows all beat it, none of them can be among them.
+                    if pass == Pass::TextOnly
+                        && top.threshold().is_some_and(|t| {
+                            below(
+                                text_only_bound(stats, self.columns[number].prior_bound()),
+                                t,
+                            )
+                        })
+                    {
+                        top.dropped = true;
+                        continue;
+                    }
                     self.segment_candidates(
                         number as u32,
                         s,

@@ -512,6 +512,63 @@ mod tests_support {
         }
     }
 
+    /// A segment's sections are bounded by its highest stored prior, not the highest there
+    /// is: segments of low importance only, one of mixed importance, and sections met in
+    /// headings and in text alone answer at every cap as the memory index does.
+    #[test]
+    fn bounds_taken_at_a_segments_highest_prior_change_no_answer() {
+        let mut docs: Vec<Doc> = Vec::new();
+        for i in 0..240 {
+            // Segments of 80: the first two hold importance 0 and 0.2 only, the last all.
+            let importance = match i / 80 {
+                0 => ["0", "0.2"][i % 2],
+                1 => "0.2",
+                _ => ["1", "0", "0.6"][i % 3],
+            };
+            let body = match i % 4 {
+                0 => format!(
+                    "# Hot cold
+
+hot cold {}
+",
+                    "filler ".repeat(i % 9)
+                ),
+                1 => format!(
+                    "# Intro
+
+hot {}cold {}
+",
+                    "hot ".repeat(i % 5),
+                    "x ".repeat(i % 7)
+                ),
+                2 => format!(
+                    "# Cold
+
+hot and cold {}
+",
+                    "cold ".repeat(i % 3)
+                ),
+                _ => format!(
+                    "plain hot words {i}
+"
+                ),
+            };
+            docs.push((
+                leak(format!("/p/{i:03}.md")),
+                vec![("importance", importance)],
+                body,
+            ));
+        }
+        for per_segment in [80, usize::MAX] {
+            same_as_oracle(
+                &build_in_segments(&docs, docs.len(), per_segment),
+                &["hot", "hot cold", "hot words", "cold hot", "\"hot cold\"", "co*"],
+                &[1, 3, 10, 30, 100, 0],
+                |q| q,
+            );
+        }
+    }
+
     /// The stored base reads postings in two passes (trail and entry hits, then text-only
     /// sections, skipped when the kept rows all beat the best a text-only one could score):
     /// at every cap the rows are the memory index's.

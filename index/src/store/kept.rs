@@ -59,14 +59,14 @@ pub(super) fn below(bound: f64, threshold: f64) -> bool {
 }
 
 /// The most a section met by every term in its text only can score: each term at the
-/// capped frequency in the shortest section, at the highest prior.
-pub(super) fn text_only_bound(stats: &Ranking) -> f64 {
+/// capped frequency in the shortest section, at `prior` (the highest prior it may have).
+pub(super) fn text_only_bound(stats: &Ranking, prior: f64) -> f64 {
     stats
         .idf
         .iter()
         .map(|idf| term_score(*idf, body::MAX_TF, false, false, 0, stats.average))
         .sum::<f64>()
-        * MAX_PRIOR
+        * prior
 }
 
 /// How many rows are kept while reading postings for a cap of `want`: the cap and a margin

@@ -111,6 +111,7 @@ impl Base {
         };
         let columns = &self.columns[number as usize];
         let (lens, priors) = (&columns.lens, &columns.priors);
+        let prior_bound = columns.prior_bound();
         let path_ord = |doc: DocId| columns.paths.ords().first(doc).unwrap_or(u64::MAX);
         // Per phrase term, its words' positions in text, trail and entry.
         let mut phrases: Vec<Option<[Option<Vec<SegmentPostings>>; 3]>> = terms
@@ -298,10 +299,10 @@ impl Base {
             if gone {
                 continue;
             }
-            // The best this section could score (shortest length, highest prior): when
-            // that misses the kept rows, its columns are not read.
+            // The best this section could score (shortest length, the segment's highest
+            // prior): when that misses the kept rows, its columns are not read.
             if let Some(threshold) = out.threshold()
-                && below(best_score(&met, stats, false, 0) * MAX_PRIOR, threshold)
+                && below(best_score(&met, stats, false, 0) * prior_bound, threshold)
             {
                 out.dropped = true;
                 continue;
