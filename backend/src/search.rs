@@ -472,8 +472,8 @@ async fn download(
     let import = Import::new(dir.as_ref().map(|d| d.path()))?;
     let started = Instant::now();
     // What the copy is compared with does not depend on it: the state's key digests are
-    // taken on the blocking pool while the copy downloads.
-    // Dropped without a copy, `wanted` stops them.
+    // taken on the blocking pool while the copy downloads, and stopped (by `wanted`'s guard)
+    // when there is no copy to compare.
     let (live, wanted) = (state.clone(), CancellationToken::new());
     let digests = {
         let wanted = wanted.clone();

@@ -18,8 +18,8 @@ use quire_server::{http, wiring, world_tools};
 
 /// jemalloc, with background threads handing back pages freed for a second (the decay is
 /// set where it is built, in `.cargo/config.toml`): glibc's allocator keeps a replica's peak
-/// after a cold start or a section index build or download, about 40% more resident memory
-/// at a million documents.
+/// after a cold start or a section index build or download: about a third more resident
+/// memory at a million documents.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
