@@ -562,7 +562,14 @@ hot and cold {}
         for per_segment in [80, usize::MAX] {
             same_as_oracle(
                 &build_in_segments(&docs, docs.len(), per_segment),
-                &["hot", "hot cold", "hot words", "cold hot", "\"hot cold\"", "co*"],
+                &[
+                    "hot",
+                    "hot cold",
+                    "hot words",
+                    "cold hot",
+                    "\"hot cold\"",
+                    "co*",
+                ],
                 &[1, 3, 10, 30, 100, 0],
                 |q| q,
             );
