@@ -32,10 +32,10 @@
 //! A [`Base`] is one commit: a tantivy searcher, so it stays valid (its files kept) while it
 //! is held, whatever the writer commits or merges meanwhile.
 //!
-//! The rows a search keeps are in `store/kept.rs`; the walk over one segment's postings is in
-//! `store/walk.rs`.
+//! The rows a search keeps are in `store/kept.rs`, the walk over one segment's postings in
+//! `store/walk.rs`, the naming and checking of the kept rows in `store/resolve.rs`, and
+//! copies of a commit (export and import) in `store/copy.rs`.
 
-use std::collections::{BinaryHeap, HashSet};
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -54,15 +54,19 @@ use tantivy::{
     Term as TantivyTerm,
 };
 
-use crate::body::{self, EntryKey, IndexedDoc, Ranked, Ranking, Source, prior};
+use crate::body::{self, EntryKey, IndexedDoc, Ranked, Ranking};
 use crate::catalog::Admission;
 use crate::query::CatalogQuery;
 use crate::tokens::{self, MAX_PREFIX_EXPANSION, Term};
 
+mod copy;
 mod kept;
+mod resolve;
 mod walk;
 mod words;
-use kept::{Candidate, OrdF64, Top, below, kept_for, text_only_bound};
+pub use copy::{Export, Import, ImportFile};
+use kept::{Top, below, kept_for, text_only_bound};
+use resolve::in_order;
 use words::{WORDS_TOKENIZER, WordsTokenizer};
 
 /// Memory the writer may buffer before it writes a segment.
@@ -428,169 +432,6 @@ impl SectionStore {
     }
 }
 
-/// What a copy of a commit holds: its `meta.json` and the names of its files.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Export {
-    pub meta: String,
-    pub files: Vec<String>,
-}
-
-/// Builds a stored index from copied files: files in `dir`, or in memory. Files are written
-/// by parts in any order, from any thread, and never synced: a copy is a cache in a fresh
-/// directory, verified when opened and downloaded again if lost.
-pub struct Import {
-    directory: Box<dyn Directory>,
-    dir: Option<std::path::PathBuf>,
-}
-
-impl fmt::Debug for Import {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Import")
-            .field("dir", &self.dir)
-            .finish_non_exhaustive()
-    }
-}
-
-/// One file being copied in: its bytes are written at their offsets, in any order.
-pub struct ImportFile {
-    name: String,
-    size: u64,
-    target: ImportTarget,
-}
-
-enum ImportTarget {
-    Disk(std::fs::File),
-    Memory(Mutex<Vec<u8>>),
-}
-
-impl fmt::Debug for ImportFile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ImportFile")
-            .field("name", &self.name)
-            .field("size", &self.size)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ImportFile {
-    /// Writes `bytes` at `offset`; refused past the file's size.
-    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> StoreResult<()> {
-        let end = offset.checked_add(bytes.len() as u64);
-        if end.is_none_or(|end| end > self.size) {
-            return Err(StoreError(format!(
-                "{} bytes at {offset} pass the end of {:?} ({} bytes)",
-                bytes.len(),
-                self.name,
-                self.size
-            )));
-        }
-        match &self.target {
-            ImportTarget::Disk(file) => Ok(write_all_at(file, bytes, offset)?),
-            ImportTarget::Memory(data) => {
-                let start = offset as usize;
-                data.lock().expect("import buffer poisoned")[start..start + bytes.len()]
-                    .copy_from_slice(bytes);
-                Ok(())
-            }
-        }
-    }
-}
-
-#[cfg(unix)]
-fn write_all_at(file: &std::fs::File, bytes: &[u8], offset: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
-}
-
-#[cfg(windows)]
-fn write_all_at(file: &std::fs::File, mut bytes: &[u8], mut offset: u64) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        let written = std::os::windows::fs::FileExt::seek_write(file, bytes, offset)?;
-        if written == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        bytes = &bytes[written..];
-        offset += written as u64;
-    }
-    Ok(())
-}
-
-impl Import {
-    pub fn new(dir: Option<&Path>) -> StoreResult<Import> {
-        let directory: Box<dyn Directory> = match dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir)?;
-                Box::new(MmapDirectory::open(dir)?)
-            }
-            None => Box::new(RamDirectory::create()),
-        };
-        Ok(Import {
-            directory,
-            dir: dir.map(Path::to_path_buf),
-        })
-    }
-
-    /// Starts copying file `name` (a plain file name) of `size` bytes.
-    pub fn file(&self, name: &str, size: u64) -> StoreResult<ImportFile> {
-        if name.is_empty()
-            || name.contains(['/', '\\'])
-            || name.starts_with('.')
-            || name == "meta.json"
-        {
-            return Err(StoreError(format!("{name:?} is no index file name")));
-        }
-        let target = match &self.dir {
-            Some(dir) => {
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(dir.join(name))?;
-                file.set_len(size)?;
-                ImportTarget::Disk(file)
-            }
-            None => {
-                // A size no allocation holds is refused, not an abort.
-                let too_large = || StoreError(format!("{name:?} is too large for memory"));
-                let size = usize::try_from(size).map_err(|_| too_large())?;
-                let mut data = Vec::new();
-                data.try_reserve_exact(size).map_err(|_| too_large())?;
-                data.resize(size, 0);
-                ImportTarget::Memory(Mutex::new(data))
-            }
-        };
-        Ok(ImportFile {
-            name: name.to_owned(),
-            size,
-            target,
-        })
-    }
-
-    /// Ends copying `file`, every byte of which was written.
-    pub fn finish(&self, file: ImportFile) -> StoreResult<()> {
-        match file.target {
-            ImportTarget::Disk(_) => Ok(()),
-            ImportTarget::Memory(data) => {
-                let data = data.into_inner().expect("import buffer poisoned");
-                Ok(self.directory.atomic_write(Path::new(&file.name), &data)?)
-            }
-        }
-    }
-
-    /// Writes `meta` and opens the index, checking every file against its checksum.
-    pub fn open(self, meta: &str) -> StoreResult<SectionStore> {
-        self.directory
-            .atomic_write(Path::new("meta.json"), meta.as_bytes())?;
-        let index = Index::open(self.directory.box_clone())?;
-        let broken = index.validate_checksum()?;
-        if !broken.is_empty() {
-            return Err(StoreError(format!(
-                "{} copied index files fail their checksum",
-                broken.len()
-            )));
-        }
-        SectionStore::with_index(index, self.directory)
-    }
-}
-
 /// One committed state of a [`SectionStore`]. Cheap to clone.
 #[derive(Clone)]
 pub struct Base {
@@ -629,12 +470,14 @@ impl Columns {
     /// prior instead of the highest there is, so kept rows pass over far more sections.
     fn prior_bound(&self) -> f64 {
         let max = self.priors.max_value();
-        let full = self.priors.get_cardinality() == tantivy::columnar::Cardinality::Full;
-        // A section without a value scores at prior 1.
-        if full && max.is_finite() && max >= 0.0 {
-            max
+        if !max.is_finite() {
+            return f64::INFINITY;
+        }
+        // A section without a value scores at the highest prior.
+        if self.priors.get_cardinality() == tantivy::columnar::Cardinality::Full {
+            max.max(0.0)
         } else {
-            kept::MAX_PRIOR.max(if max.is_finite() { max } else { f64::INFINITY })
+            max.max(kept::MAX_PRIOR)
         }
     }
 
@@ -921,140 +764,6 @@ impl Base {
         }
     }
 
-    /// Names and checks `candidates` (best first) until `want` rows are accepted and no
-    /// candidate left could tie with the last; tells whether that many were.
-    ///
-    /// Candidates are named a chunk at a time (the first as big as `want` and the margin,
-    /// then doubling), each chunk's paths and anchors read from their columns in ordinal
-    /// order: one pass over each dictionary block instead of a block decoded per row.
-    fn resolve(
-        &self,
-        candidates: Vec<Candidate>,
-        want: usize,
-        scope: &str,
-        query: &CatalogQuery,
-        catalog: &dyn Admission,
-        skip: &impl Fn(&DocPath) -> bool,
-    ) -> StoreResult<(Vec<Ranked>, bool)> {
-        let mut rows: Vec<Ranked> = Vec::new();
-        // The `want` best final scores so far (a min-heap).
-        let mut best: BinaryHeap<std::cmp::Reverse<OrdF64>> = BinaryHeap::new();
-        let mut catalog_rows: HashSet<DocPath> = HashSet::new();
-        let mut start = 0;
-        let mut chunk = kept_for(want);
-        // The run of candidates with one score in one segment being read (in path order),
-        // its accepted rows and the path ordinal of the last.
-        let mut run: Option<(u64, u32)> = None;
-        let (mut run_rows, mut run_last_ord) = (0usize, 0u64);
-        // Read past the end of a cut run holding fewer than `want` rows, the answer could
-        // miss what was cut from it: the caller asks again keeping more.
-        let mut cut_run_ended = false;
-        while start < candidates.len() {
-            let end = start.saturating_add(chunk).min(candidates.len());
-            let batch = &candidates[start..end];
-            let names = self.names(batch)?;
-            let mut next = end;
-            for (at, (c, name)) in batch.iter().zip(names).enumerate() {
-                if cut_run_ended && run_rows < want {
-                    return Ok((rows, false));
-                }
-                cut_run_ended = c.ends_cut_run;
-                if best.len() >= want && best.peek().is_some_and(|m| c.score < m.0.0) {
-                    return Ok((rows, true));
-                }
-                let key = (c.score.to_bits(), c.segment);
-                if run != Some(key) {
-                    run = Some(key);
-                    run_rows = 0;
-                }
-                if run_rows >= want
-                    && c.path_ord > run_last_ord
-                    && best.peek().is_some_and(|m| c.score <= m.0.0)
-                {
-                    // The rest of this run ties at best, behind `want` rows of the same
-                    // score with earlier paths: none of it can be among the first `want`
-                    // (rows that tie order by path). A common word's catalog answers are
-                    // such a run of thousands.
-                    let from = start + at;
-                    next = candidates[from..]
-                        .iter()
-                        .position(|x| (x.score.to_bits(), x.segment) != key)
-                        .map_or(candidates.len(), |n| from + n);
-                    break;
-                }
-                let Some((path, anchor)) = name else {
-                    continue;
-                };
-                if skip(&path) {
-                    continue;
-                }
-                let Some(entry) = catalog.admitted(scope, &query.filters, &path) else {
-                    continue;
-                };
-                if c.catalog && !catalog_rows.insert(path.clone()) {
-                    continue;
-                }
-                // The catalog's prior; the stored one is the same while the entry key is
-                // current, which the version guarantees.
-                let score = c.raw * prior(&entry.importance, &path);
-                best.push(std::cmp::Reverse(OrdF64(score)));
-                if best.len() > want {
-                    best.pop();
-                }
-                run_rows += 1;
-                run_last_ord = c.path_ord;
-                rows.push(Ranked {
-                    score,
-                    path,
-                    anchor,
-                    entry,
-                    source: Source::Base {
-                        segment: c.segment,
-                        doc: c.doc,
-                        catalog: c.catalog,
-                    },
-                });
-            }
-            start = next;
-            chunk = chunk.saturating_mul(2);
-        }
-        let enough = best.len() >= want && !(cut_run_ended && run_rows < want);
-        Ok((rows, enough))
-    }
-
-    /// The path and anchor (empty for a catalog answer) of each of `batch`, in its order;
-    /// `None` for a candidate whose path is missing or no document path.
-    fn names(&self, batch: &[Candidate]) -> StoreResult<Vec<Option<(DocPath, String)>>> {
-        let mut paths: Vec<Option<String>> = vec![None; batch.len()];
-        let mut anchors: Vec<String> = vec![String::new(); batch.len()];
-        for (number, columns) in self.columns.iter().enumerate() {
-            if !batch.iter().any(|c| c.segment as usize == number) {
-                continue;
-            }
-            let (path_col, anchor_col) = (&columns.paths, &columns.anchors);
-            let in_segment = || {
-                batch
-                    .iter()
-                    .enumerate()
-                    .filter(move |(_, c)| c.segment as usize == number)
-            };
-            let mut wanted: Vec<(u64, usize)> = in_segment()
-                .filter_map(|(i, c)| path_col.ords().first(c.doc).map(|ord| (ord, i)))
-                .collect();
-            in_order(path_col, &mut wanted, |i, name| paths[i] = Some(name))?;
-            let mut wanted: Vec<(u64, usize)> = in_segment()
-                .filter(|(_, c)| !c.catalog)
-                .filter_map(|(i, c)| anchor_col.ords().first(c.doc).map(|ord| (ord, i)))
-                .collect();
-            in_order(anchor_col, &mut wanted, |i, anchor| anchors[i] = anchor)?;
-        }
-        Ok(paths
-            .into_iter()
-            .zip(anchors)
-            .map(|(path, anchor)| Some((DocPath::parse(&path?).ok()?, anchor)))
-            .collect())
-    }
-
     /// The positional postings of a phrase's words in one field; `None` when a word is not
     /// in the field (the phrase is then nowhere in it).
     fn phrase_lists(
@@ -1134,25 +843,6 @@ fn anchor_column(s: &SegmentReader) -> StoreResult<StrColumn> {
     s.fast_fields()
         .str("anchor")?
         .ok_or_else(|| StoreError("the stored index has no anchor column".into()))
-}
-
-/// Reads the terms of `wanted` (ordinal, caller's index) from `column` in ordinal order
-/// and hands each to `found` with its index.
-fn in_order(
-    column: &StrColumn,
-    wanted: &mut [(u64, usize)],
-    mut found: impl FnMut(usize, String),
-) -> StoreResult<()> {
-    wanted.sort_unstable();
-    let ords: Vec<u64> = wanted.iter().map(|(ord, _)| *ord).collect();
-    let mut at = 0;
-    column.dictionary().sorted_ords_to_term_cb(&ords, |bytes| {
-        if let Some((_, i)) = wanted.get(at) {
-            found(*i, String::from_utf8_lossy(bytes).into_owned());
-        }
-        at += 1;
-    })?;
-    Ok(())
 }
 
 /// The prefix expansion of `stem` over a base and a delta: the most frequent tokens first,
