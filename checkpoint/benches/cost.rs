@@ -6,10 +6,14 @@
 //! ```
 //!
 //! A world of `N` documents (default 1,000,000) is built in memory and checkpointed, then
-//! `K` intervals (default 6) of `S` seconds (default 60) of uniform random rewrites at `W`
-//! writes a second (default 250), committed `P` writes to a slot (default 10: the 0.10
-//! slots per write the committer reaches at that rate), each interval followed by a
-//! checkpoint. Every request goes through the real-GCS latency model (ADR 0036) on a paused
+//! `K` intervals of `S` seconds (default 60) of uniform random rewrites at `W` writes a
+//! second (default 250), committed `P` writes to a slot (default 10: the 0.10 slots per
+//! write the committer reaches at that rate), each interval followed by a checkpoint. `K`
+//! defaults to one base period: enough intervals to pass the base tier's grid width, so the
+//! run holds one base rebuild and the middle rebuilds and top-only checkpoints between two
+//! base rebuilds, in the proportions a store that keeps writing sees them (a shorter run
+//! that happens to cross the base grid overstates the bytes a write costs, one that does
+//! not understates them). Every request goes through the real-GCS latency model (ADR 0036) on a paused
 //! clock, so simulated seconds are the bucket's and wall seconds are this machine's CPU.
 //! Requests and bytes are counted per role:
 //! - commit: the writer creating its slots;
@@ -42,7 +46,7 @@ struct Args {
     docs: u64,
     rate: u64,
     interval: u64,
-    intervals: usize,
+    intervals: Option<usize>,
     per_slot: usize,
 }
 
@@ -51,7 +55,7 @@ fn parse_args() -> Args {
         docs: 1_000_000,
         rate: 250,
         interval: 60,
-        intervals: 6,
+        intervals: None,
         per_slot: 10,
     };
     let mut it = std::env::args().skip(1);
@@ -61,7 +65,7 @@ fn parse_args() -> Args {
             "--docs" => args.docs = value().parse().expect("--docs N"),
             "--rate" => args.rate = value().parse().expect("--rate W"),
             "--interval" => args.interval = value().parse().expect("--interval S"),
-            "--intervals" => args.intervals = value().parse().expect("--intervals K"),
+            "--intervals" => args.intervals = Some(value().parse().expect("--intervals K")),
             "--per-slot" => args.per_slot = value().parse().expect("--per-slot P"),
             "--bench" => {}
             other => panic!("unknown argument {other}"),
@@ -181,7 +185,15 @@ async fn run(args: Args) {
     let mut written = 0u64;
     let mut slowest = (Duration::ZERO, Duration::ZERO);
     let mut checkpoint_bytes = 0u64;
-    for k in 0..args.intervals {
+    let intervals = args
+        .intervals
+        .unwrap_or_else(|| DEFAULT_WIDTHS[0].div_ceil(writes) as usize);
+    let mut kinds: [Kind; 3] = [
+        Kind::new("top only"),
+        Kind::new("middle rebuilt"),
+        Kind::new("base rebuilt"),
+    ];
+    for k in 0..intervals {
         let base_grid = writer_replica.base().root.tiers[0].grid;
         let middle_grid = writer_replica.base().root.tiers[1].grid;
         // The slots go one after the other, each as soon as the bucket took the one
@@ -221,14 +233,15 @@ async fn run(args: Args) {
         checkpoint_bytes += stats.bytes_written;
         slowest = (slowest.0.max(simulated), slowest.1.max(wall));
         let kind = if writer_replica.base().root.tiers[0].grid != base_grid {
-            "base rebuilt"
+            &mut kinds[2]
         } else if writer_replica.base().root.tiers[1].grid != middle_grid {
-            "middle rebuilt"
+            &mut kinds[1]
         } else {
-            "top only"
+            &mut kinds[0]
         };
+        kind.add(&stats, simulated);
         report(
-            &format!("checkpoint {k} [{kind}]"),
+            &format!("checkpoint {k} [{}]", kind.name),
             &stats,
             simulated,
             wall,
@@ -250,7 +263,7 @@ async fn run(args: Args) {
     println!();
     println!(
         "per write ({written} writes, {} intervals of {} s at {} writes/s, {} writes a slot):",
-        args.intervals, args.interval, args.rate, args.per_slot
+        intervals, args.interval, args.rate, args.per_slot
     );
     println!(
         "{:<12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}",
@@ -283,6 +296,65 @@ async fn run(args: Args) {
         slowest.0.as_secs_f64(),
         slowest.1.as_secs_f64()
     );
+    println!();
+    println!(
+        "{:<16} {:>11} {:>15} {:>15} {:>10} {:>10}",
+        "checkpoints", "how many", "objects each", "MB each", "p50 s", "max s"
+    );
+    for kind in &kinds {
+        kind.row();
+    }
+    let per_write = |kind: &Kind| kind.bytes as f64 / n;
+    println!(
+        "checkpoint bytes per write by kind: top only {:.0} + middle rebuilt {:.0} + base rebuilt {:.0}",
+        per_write(&kinds[0]),
+        per_write(&kinds[1]),
+        per_write(&kinds[2])
+    );
+}
+
+/// The checkpoints of one kind: what they created and how long they took.
+struct Kind {
+    name: &'static str,
+    objects: u64,
+    bytes: u64,
+    simulated: Vec<Duration>,
+}
+
+impl Kind {
+    fn new(name: &'static str) -> Kind {
+        Kind {
+            name,
+            objects: 0,
+            bytes: 0,
+            simulated: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, stats: &WriteStats, simulated: Duration) {
+        self.objects += stats.created;
+        self.bytes += stats.bytes_written;
+        self.simulated.push(simulated);
+    }
+
+    fn row(&self) {
+        let k = self.simulated.len();
+        if k == 0 {
+            println!("{:<16} {:>11}", self.name, 0);
+            return;
+        }
+        let mut sorted = self.simulated.clone();
+        sorted.sort();
+        println!(
+            "{:<16} {:>11} {:>15.0} {:>15.1} {:>10.2} {:>10.2}",
+            self.name,
+            k,
+            self.objects as f64 / k as f64,
+            self.bytes as f64 / k as f64 / 1e6,
+            sorted[k / 2].as_secs_f64(),
+            sorted[k - 1].as_secs_f64()
+        );
+    }
 }
 
 fn main() {
