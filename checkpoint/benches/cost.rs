@@ -17,7 +17,8 @@
 //! clock, so simulated seconds are the bucket's and wall seconds are this machine's CPU.
 //! Requests and bytes are counted per role:
 //! - commit: the writer creating its slots;
-//! - checkpoint: the writing store's checkpoint job (what it creates and what it reads);
+//! - checkpoint: the writing store's checkpoint job (what it creates and what it reads, and
+//!   the history blocks its replica reads ahead as epochs end);
 //! - own reads: the writing store's compactor catching up on the slots it wrote, taken from
 //!   the ring its committer publishes into, as the server's compactor does;
 //! - own, no ring: the same catch-up read from the bucket (a store whose ring lost them, or
@@ -41,6 +42,8 @@ use rand::SeedableRng;
 
 const FRESHEN: Duration = Duration::from_secs(1800);
 const WORKERS: usize = 64;
+/// Slots the writer creates between two applications of its ring by the compactor.
+const APPLY_EVERY: u64 = 10;
 
 struct Args {
     docs: u64,
@@ -200,19 +203,30 @@ async fn run(args: Args) {
         // before (a create's 40 ms, about the committer's pace at 250 writes a second);
         // the interval lasts at least its length.
         let before = commit.reading();
+        let reading_ahead = own.reading();
         let end = tokio::time::Instant::now() + Duration::from_secs(args.interval);
-        generator
-            .rewrites(
-                &writer_replica,
-                args.docs,
-                writes,
-                args.per_slot,
-                &mut rng,
-                |slot| recent.publish(&slot),
-            )
-            .await;
+        // The writing store's compactor takes its slots from the ring as they come (a few
+        // slots at a time here), and reads history ahead as each epoch ends.
+        let mut left = writes;
+        while left > 0 {
+            let chunk = left.min(APPLY_EVERY * args.per_slot as u64);
+            generator
+                .rewrites(
+                    &writer_replica,
+                    args.docs,
+                    chunk,
+                    args.per_slot,
+                    &mut rng,
+                    |slot| recent.publish(&slot),
+                )
+                .await;
+            writer_replica.apply_recent().unwrap();
+            left -= chunk;
+        }
         tokio::time::sleep_until(end).await;
         commit_role.add(&commit.reading().since(&before));
+        // What the compactor read ahead for the checkpoint is the checkpoint's.
+        checkpoint_role.add(&own.reading().since(&reading_ahead));
 
         let before = own.reading();
         writer_replica.catch_up().await.unwrap();

@@ -10,10 +10,11 @@
 //! inside a history pack by where it lies there ([`crate::format::PackedBlock`]); which one
 //! is the checkpoint writer's to decide (see `write`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use quire_blob::BlobStore;
 use quire_log::model::HistoryBlockRef;
 use quire_log::{DocState, Hash, VersionRecord};
@@ -27,7 +28,117 @@ use crate::objects::{read_verified, retrying};
 /// Blocks read during one job, so two documents' folds never read one block twice.
 #[derive(Debug, Default)]
 pub(crate) struct BlockCache {
-    blocks: Mutex<HashMap<Hash, Arc<Vec<VersionRecord>>>>,
+    blocks: Mutex<Blocks>,
+}
+
+impl BlockCache {
+    /// A cache holding what was read ahead (see [`ReadAhead`]).
+    pub(crate) fn from_read_ahead(ahead: &ReadAhead) -> BlockCache {
+        let epochs = ahead.epochs.lock().expect("read-ahead lock poisoned");
+        let blocks = epochs
+            .values()
+            .flatten()
+            .map(|(h, b)| (*h, b.clone()))
+            .collect();
+        BlockCache {
+            blocks: Mutex::new(blocks),
+        }
+    }
+}
+
+/// Blocks a replica that writes checkpoints reads as each history epoch ends, by the epoch's
+/// cut: the ones the next checkpoint's folds of that epoch's documents would read (each
+/// document's block that gains its new versions). The checkpoint then waits on none of these
+/// reads, which came spread over the epochs instead of at once. Entries are named by their
+/// reference, so they are only ever used for the block they are.
+#[derive(Debug, Default)]
+pub(crate) struct ReadAhead {
+    epochs: std::sync::Mutex<BTreeMap<u64, Blocks>>,
+}
+
+/// Decoded history blocks by their reference's name.
+type Blocks = HashMap<Hash, Arc<Vec<VersionRecord>>>;
+
+/// Blocks held ahead at most: about four minutes of writes at 250 a second.
+const READ_AHEAD_BLOCKS: usize = 1 << 16;
+/// Reads in flight for one epoch's read-ahead.
+const READ_AHEAD_READERS: usize = 32;
+
+impl ReadAhead {
+    fn held(&self) -> usize {
+        let epochs = self.epochs.lock().expect("read-ahead lock poisoned");
+        epochs.values().map(Blocks::len).sum()
+    }
+
+    pub(crate) fn clear(&self) {
+        self.epochs
+            .lock()
+            .expect("read-ahead lock poisoned")
+            .clear();
+    }
+
+    /// Forgets the blocks of epochs ending at or before `cut` (a checkpoint sealed them).
+    pub(crate) fn forget_through(&self, cut: u64) {
+        let mut epochs = self.epochs.lock().expect("read-ahead lock poisoned");
+        *epochs = epochs.split_off(&(cut + 1));
+    }
+
+    /// Reads the blocks the folds of `docs` (an epoch ending at `cut`, as they stood there)
+    /// will read. Failed reads are left to the fold, which reads again and reports.
+    pub(crate) async fn read(
+        self: Arc<Self>,
+        store: Arc<dyn BlobStore>,
+        prefix: String,
+        cut: u64,
+        docs: Vec<Arc<DocState>>,
+    ) {
+        if self.held() >= READ_AHEAD_BLOCKS {
+            return;
+        }
+        let wanted = docs
+            .iter()
+            .flat_map(|doc| {
+                let path = path_hash(doc.path.as_str());
+                fold_reads(doc).into_iter().map(move |r| (path, r))
+            })
+            .collect::<Vec<_>>();
+        let (store, prefix) = (&store, &prefix);
+        let mut reads = futures::stream::iter(wanted)
+            .map(|(path, r)| async move { (r.hash, read_block(&**store, prefix, path, &r).await) })
+            .buffer_unordered(READ_AHEAD_READERS);
+        while let Some((hash, read)) = reads.next().await {
+            if let Ok(records) = read {
+                let mut epochs = self.epochs.lock().expect("read-ahead lock poisoned");
+                epochs
+                    .entry(cut)
+                    .or_default()
+                    .insert(hash, Arc::new(records));
+            }
+        }
+    }
+}
+
+/// The blocks [`fold`] reads for `doc`: for each block whose range is not kept as it is,
+/// the old blocks holding its versions before the recent ones.
+pub(crate) fn fold_reads(doc: &DocState) -> Vec<HistoryBlockRef> {
+    if doc.recent.is_empty() && tiles(&doc.history, doc.first, doc.current) {
+        return Vec::new();
+    }
+    let recent_first = doc.recent.front().map_or(u64::MAX, |r| r.version);
+    let mut reads: Vec<HistoryBlockRef> = Vec::new();
+    for (lo, hi) in block_ranges(doc.first, doc.current) {
+        let kept = hi < recent_first && doc.history.iter().any(|r| r.first == lo && r.last == hi);
+        if kept || lo >= recent_first {
+            continue;
+        }
+        let top = hi.min(recent_first - 1);
+        for r in doc.history.iter() {
+            if r.first <= top && lo <= r.last && !reads.contains(r) {
+                reads.push(*r);
+            }
+        }
+    }
+    reads
 }
 
 /// A document's history as a checkpoint names it, and the blocks that must be stored first.

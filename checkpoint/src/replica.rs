@@ -27,6 +27,7 @@ use quire_log::{
 
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::format::{Checkpoint, Root, TIERS, decode_shard, epoch_width, grid};
+use crate::history::ReadAhead;
 use crate::keys::{checkpoint_key, checkpoint_prefix, parse_checkpoint_key, root_key, shard_key};
 use crate::objects::{get_retrying, read_verified, retrying};
 
@@ -116,6 +117,9 @@ pub struct OpenOptions {
     /// Where generations are not unique: how long a checkpoint's objects settle before it
     /// names them (see `objects`; [`crate::objects::SETTLE`] unless a test shortens it).
     pub settle: Duration,
+    /// Whether, once it has written a checkpoint, the replica reads ahead the history
+    /// blocks its next checkpoint will fold as each epoch ends (see `history::ReadAhead`).
+    pub read_history_ahead: bool,
 }
 
 impl Default for OpenOptions {
@@ -126,6 +130,7 @@ impl Default for OpenOptions {
             workers: DEFAULT_LOAD_WORKERS,
             clock: Arc::new(quire_log::SystemClock),
             settle: crate::objects::SETTLE,
+            read_history_ahead: true,
         }
     }
 }
@@ -147,6 +152,14 @@ pub struct Replica {
     skipped: Vec<u64>,
     /// Slots the store created or read, taken before the bucket (see [`Replica::catch_up`]).
     recent: Option<Arc<RecentSlots>>,
+    /// Whether this replica reads ahead the history blocks of each epoch as it ends: only
+    /// while it wrote the newest checkpoint it knows (a store deferring to a peer's
+    /// checkpoints would read them for nothing).
+    reads_ahead: bool,
+    /// [`OpenOptions::read_history_ahead`].
+    may_read_ahead: bool,
+    pub(crate) read_ahead: Arc<ReadAhead>,
+    reading_ahead: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// Lists every checkpoint sequence under `prefix`, oldest first, with its attributes. A key
@@ -405,6 +418,10 @@ impl Replica {
             pending_since: None,
             skipped: Vec::new(),
             recent: None,
+            reads_ahead: false,
+            may_read_ahead: options.read_history_ahead,
+            read_ahead: Arc::default(),
+            reading_ahead: Vec::new(),
         };
         let applied = replica.catch_up().await?;
         if applied == 0 && sequence > GENESIS_SEQUENCE {
@@ -604,12 +621,29 @@ impl Replica {
                 false
             }
         });
-        let docs = changes
+        let docs: Vec<(Arc<DocState>, u64)> = changes
             .into_iter()
             .filter_map(|(path, changed)| self.state.doc(&path).map(|d| (d.clone(), changed)))
             .collect();
+        if self.reads_ahead
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let ahead = self.read_ahead.clone();
+            let folded = docs.iter().map(|(d, _)| d.clone()).collect();
+            let read = ahead.read(self.store.clone(), self.prefix.clone(), cut, folded);
+            self.reading_ahead.retain(|task| !task.is_finished());
+            self.reading_ahead.push(runtime.spawn(read));
+        }
         self.tracker.sealed.push(Sealed { cut, docs });
         self.tracker.open_cut = cut;
+    }
+
+    /// Waits until the history blocks read ahead for the epochs ended so far are in (for
+    /// tests and benchmarks: a checkpoint never waits for them).
+    pub async fn read_ahead_done(&mut self) {
+        for task in std::mem::take(&mut self.reading_ahead) {
+            let _ = task.await;
+        }
     }
 
     /// Takes slots from `recent` (the ring its store's committer publishes into) before
@@ -773,6 +807,7 @@ impl Replica {
             self.fold(path, history.clone(), *through, Op::Write)?;
         }
         self.rest_on(written.base);
+        self.reads_ahead = self.may_read_ahead;
         Ok(())
     }
 
@@ -827,6 +862,7 @@ impl Replica {
         if let Some(sealed) = base.root.sealed {
             self.tracker.sealed.retain(|epoch| epoch.cut > sealed);
             self.tracker.base_sealed = sealed;
+            self.read_ahead.forget_through(sealed);
         }
         while self
             .tracker
@@ -942,6 +978,9 @@ impl Replica {
             self.fold(&path, history, current, op)?;
         }
         self.rest_on(base);
+        // A peer writes the checkpoints now.
+        self.reads_ahead = false;
+        self.read_ahead.clear();
         Ok(true)
     }
 

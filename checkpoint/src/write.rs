@@ -27,7 +27,7 @@ use crate::format::{
     Checkpoint, PackedBlock, Root, ShardDoc, TIERS, Tier, decode_block, encode_shard_entries, grid,
     pack_blocks, path_hash, shard_bits, shard_of,
 };
-use crate::history::{BlockCache, fold, read_block_bytes};
+use crate::history::{BlockCache, ReadAhead, fold, read_block_bytes};
 use crate::keys::{checkpoint_key, history_key, pack_key, root_key, shard_key};
 use crate::objects::{Fence, Put, put, put_addressed, settle};
 use crate::replica::{Base, Replica, Tracker, read_shards};
@@ -92,6 +92,8 @@ pub struct CheckpointJob {
     state: WorldState,
     base: Base,
     tracker: Tracker,
+    /// The blocks the replica read ahead for the sealed epochs' folds.
+    read_ahead: Arc<ReadAhead>,
     fence: Fence,
     workers: usize,
     cap: Duration,
@@ -114,6 +116,7 @@ impl Replica {
             state: self.state.clone(),
             base: self.base.clone(),
             tracker: self.tracker.clone(),
+            read_ahead: self.read_ahead.clone(),
             fence: Fence::new(now, freshen_after).settling(self.settle),
             workers: self.workers,
             cap: RUN_CAP,
@@ -228,6 +231,8 @@ struct History<'a> {
     store: &'a dyn BlobStore,
     prefix: &'a str,
     read: Mutex<HashMap<Hash, Bytes>>,
+    /// Blocks read for folds, starting with those read ahead.
+    blocks: BlockCache,
 }
 
 impl History<'_> {
@@ -245,8 +250,7 @@ impl History<'_> {
     /// Folds `doc` and places its blocks: every block but the last stands alone, and the
     /// last goes into a pack (`packed`: the document's epoch ended) or stands alone.
     async fn place(&self, doc: &DocState, packed: bool) -> Result<Placed> {
-        let cache = BlockCache::default();
-        let folded = fold(self.store, self.prefix, doc, &cache).await?;
+        let folded = fold(self.store, self.prefix, doc, &self.blocks).await?;
         let fresh: HashMap<Hash, Bytes> = folded.new_blocks.into_iter().collect();
         let mut refs = folded.refs.to_vec();
         let mut new_blocks = Vec::new();
@@ -384,6 +388,7 @@ impl CheckpointJob {
             store,
             prefix,
             read: Mutex::default(),
+            blocks: BlockCache::from_read_ahead(&self.read_ahead),
         };
 
         // Sealed epochs: each one's documents fold as they stood at its cut, and their last

@@ -388,6 +388,66 @@ async fn one_changed_document_costs_one_block_one_shard_one_root_one_checkpoint(
     assert!(changed.recent.is_empty() && changed.history.last().unwrap().last == 2);
 }
 
+/// A replica that wrote the newest checkpoint reads the history blocks of each epoch's
+/// documents as the epoch ends, so its next checkpoint reads none of them, and writes the
+/// same bytes as a replica that read nothing ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writing_replica_reads_the_next_checkpoints_history_ahead() {
+    let store = memory();
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
+    let docs: Vec<_> = (0..40)
+        .map(|i| publish(&format!("/d/{i}.md"), &format!("# {i}\n")))
+        .collect();
+    writer.commit(&docs).await;
+    let metered = Metered::new(store.clone());
+    let shared: Arc<dyn BlobStore> = Arc::new(metered.clone());
+    let mut replica = open(&shared).await;
+    replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    // A replica that never wrote a checkpoint reads nothing ahead.
+    let mut quiet = open(&shared).await;
+
+    // Rewrites of existing documents (their blocks sit in the first epoch's pack), then new
+    // documents alone, so the epoch holding the rewrites ends before the checkpoint.
+    for i in 0..20 {
+        writer
+            .commit(&[publish(&format!("/d/{i}.md"), &format!("# {i} again\n"))])
+            .await;
+    }
+    let fresh: Vec<_> = (0..40)
+        .map(|i| publish(&format!("/new/{i}.md"), "new\n"))
+        .collect();
+    writer.commit(&fresh).await;
+    let reads =
+        |r: &quire_blob::MeterReading| r.requests(BlobOp::Get) + r.requests(BlobOp::GetRange);
+    let before = metered.reading();
+    quiet.catch_up().await.unwrap();
+    quiet.read_ahead_done().await;
+    let caught_up = reads(&metered.reading().since(&before));
+    let before = metered.reading();
+    replica.catch_up().await.unwrap();
+    replica.read_ahead_done().await;
+    assert_eq!(
+        reads(&metered.reading().since(&before)) - caught_up,
+        20,
+        "one block read per rewritten document, as its epoch ended"
+    );
+
+    let before = metered.reading();
+    let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+    let cost = metered.reading().since(&before);
+    assert_eq!(
+        cost.requests(BlobOp::Get) + cost.requests(BlobOp::GetRange),
+        0,
+        "the checkpoint read no history block: {cost:?}"
+    );
+    assert!(stats.created > 0 && stats.packs > 0, "{stats:?}");
+    // The replica that read nothing ahead writes the same checkpoint byte for byte.
+    let again = quiet.checkpoint(FRESHEN).await.unwrap().unwrap();
+    assert_eq!(again.created, 0, "{again:?}");
+    assert_eq!(state_digest(quiet.state()), state_digest(replica.state()));
+    assert_eq!(quiet.base().root, replica.base().root);
+}
+
 /// A replay that fails part way keeps, for the next checkpoint, the changes of the slots it
 /// applied: a checkpoint written then holds their documents.
 #[tokio::test(start_paused = true)]

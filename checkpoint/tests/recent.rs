@@ -18,6 +18,8 @@ const FRESHEN: Duration = Duration::from_secs(1800);
 async fn open(store: Arc<dyn quire_blob::BlobStore>, checkpoint: Option<u64>) -> Replica {
     let options = OpenOptions {
         checkpoint,
+        // These tests count the slots a replica reads, not history read ahead.
+        read_history_ahead: false,
         ..OpenOptions::default()
     };
     Replica::open(store, PREFIX, &options).await.unwrap()
