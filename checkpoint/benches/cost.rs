@@ -13,8 +13,9 @@
 //! run holds one base rebuild and the middle rebuilds and top-only checkpoints between two
 //! base rebuilds, in the proportions a store that keeps writing sees them (a shorter run
 //! that happens to cross the base grid overstates the bytes a write costs, one that does
-//! not understates them). Every request goes through the real-GCS latency model (ADR 0036) on a paused
-//! clock, so simulated seconds are the bucket's and wall seconds are this machine's CPU.
+//! not understates them). Every request goes through the real-GCS latency model (ADR 0036)
+//! on a paused clock, so simulated seconds are the bucket's and wall seconds are this
+//! machine's CPU.
 //! Requests and bytes are counted per role:
 //! - commit: the writer creating its slots;
 //! - checkpoint: the writing store's checkpoint job (what it creates and what it reads, and

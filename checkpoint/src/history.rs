@@ -1,5 +1,6 @@
-//! History blocks: folding a document's versions into absolute 256-version blocks, and
-//! reading version records and version bytes back.
+//! History blocks: folding a document's versions into absolute 256-version blocks, reading
+//! ahead the blocks the next checkpoint's folds will read, and reading version records and
+//! version bytes back.
 //!
 //! A document's history is the list of blocks tiling its retained versions `first..=current`
 //! (block `k` holds versions `256k+1..=256(k+1)`, clipped to the retained range). Folding

@@ -11,13 +11,13 @@
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | [`format`] | the objects, their canonical CBOR and the checks on each one |
+//! | [`format`](mod@format) | the objects, their canonical CBOR and the checks on each one |
 //! | [`keys`] | object keys under the world prefix |
-//! | [`history`] | folding versions into absolute 256-version blocks, reading versions (blocks stored alone or by range from a pack) |
-//! | [`replica`] | cold start, applying slots, adopting a peer's checkpoint, keeping each ended history epoch's documents |
-//! | [`write`] | writing a checkpoint from a prepared state: packing ended epochs, placing every block |
+//! | [`history`] | folding versions into absolute 256-version blocks, reading ahead what the next checkpoint folds, reading versions (blocks stored alone or by range from a pack) |
+//! | [`replica`] | cold start, applying slots, adopting a peer's checkpoint, keeping each ended history epoch's documents (and reading their blocks ahead once it writes checkpoints) |
+//! | [`write`](mod@write) | writing a checkpoint from a prepared state: packing ended epochs, placing every block |
 //! | [`compactor`] | when to write, deferring to a peer, adopting first |
-//! | [`drop`] | dropping old checkpoints under the generation fence |
+//! | [`drop`](mod@drop) | dropping old checkpoints under the generation fence |
 //! | [`export`] | every document and version of a world |
 //! | [`genesis`] | a new world's checkpoint zero and marker |
 //!
