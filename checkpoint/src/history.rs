@@ -122,24 +122,50 @@ impl ReadAhead {
 /// The blocks [`fold`] reads for `doc`: for each block whose range is not kept as it is,
 /// the old blocks holding its versions before the recent ones.
 pub(crate) fn fold_reads(doc: &DocState) -> Vec<HistoryBlockRef> {
-    if doc.recent.is_empty() && tiles(&doc.history, doc.first, doc.current) {
+    if folded(doc) {
         return Vec::new();
     }
-    let recent_first = doc.recent.front().map_or(u64::MAX, |r| r.version);
+    let recent_first = recent_first(doc);
     let mut reads: Vec<HistoryBlockRef> = Vec::new();
     for (lo, hi) in block_ranges(doc.first, doc.current) {
-        let kept = hi < recent_first && doc.history.iter().any(|r| r.first == lo && r.last == hi);
-        if kept || lo >= recent_first {
+        if kept_block(doc, recent_first, lo, hi).is_some() {
             continue;
         }
-        let top = hi.min(recent_first - 1);
-        for r in doc.history.iter() {
-            if r.first <= top && lo <= r.last && !reads.contains(r) {
+        for version in lo..=hi.min(recent_first.saturating_sub(1)) {
+            if let Some(r) = holding(doc, version)
+                && !reads.contains(r)
+            {
                 reads.push(*r);
             }
         }
     }
     reads
+}
+
+/// Whether `doc`'s history already tiles its retained versions: nothing to fold.
+fn folded(doc: &DocState) -> bool {
+    doc.recent.is_empty() && tiles(&doc.history, doc.first, doc.current)
+}
+
+/// The first of `doc`'s recent versions (none: past every version).
+fn recent_first(doc: &DocState) -> u64 {
+    doc.recent.front().map_or(u64::MAX, |r| r.version)
+}
+
+/// The stored block a fold keeps as it is for the range `lo..=hi`: one covering exactly
+/// that range, none of whose versions is recent.
+fn kept_block(doc: &DocState, recent_first: u64, lo: u64, hi: u64) -> Option<&HistoryBlockRef> {
+    if hi >= recent_first {
+        return None;
+    }
+    doc.history.iter().find(|r| r.first == lo && r.last == hi)
+}
+
+/// The stored block holding `version` of `doc`.
+fn holding(doc: &DocState, version: u64) -> Option<&HistoryBlockRef> {
+    doc.history
+        .iter()
+        .find(|r| r.first <= version && version <= r.last)
 }
 
 /// A document's history as a checkpoint names it, and the blocks that must be stored first.
@@ -226,20 +252,18 @@ pub(crate) async fn fold(
     doc: &DocState,
     cache: &BlockCache,
 ) -> Result<FoldedHistory> {
-    if doc.recent.is_empty() && tiles(&doc.history, doc.first, doc.current) {
+    if folded(doc) {
         return Ok(FoldedHistory {
             refs: doc.history.clone(),
             new_blocks: Vec::new(),
         });
     }
     let path = path_hash(doc.path.as_str());
-    let recent_first = doc.recent.front().map_or(u64::MAX, |r| r.version);
+    let recent_first = recent_first(doc);
     let mut refs = Vec::new();
     let mut new_blocks = Vec::new();
     for (lo, hi) in block_ranges(doc.first, doc.current) {
-        if hi < recent_first
-            && let Some(old) = doc.history.iter().find(|r| r.first == lo && r.last == hi)
-        {
+        if let Some(old) = kept_block(doc, recent_first, lo, hi) {
             refs.push(*old);
             continue;
         }
@@ -251,11 +275,7 @@ pub(crate) async fn fold(
                     .filter(|r| r.version == version)
                     .cloned()
             } else {
-                let Some(old) = doc
-                    .history
-                    .iter()
-                    .find(|r| r.first <= version && version <= r.last)
-                else {
+                let Some(old) = holding(doc, version) else {
                     return Err(Error::integrity(
                         Op::Write,
                         doc.path.as_str(),
@@ -303,11 +323,7 @@ pub async fn version_record(
     if let Some(record) = doc.recent_version(version) {
         return Ok(Some(record.clone()));
     }
-    let Some(r) = doc
-        .history
-        .iter()
-        .find(|r| r.first <= version && version <= r.last)
-    else {
+    let Some(r) = holding(doc, version) else {
         return Err(Error::integrity(
             Op::Read,
             doc.path.as_str(),

@@ -526,32 +526,14 @@ mod tests_support {
                 _ => ["1", "0", "0.6"][i % 3],
             };
             let body = match i % 4 {
-                0 => format!(
-                    "# Hot cold
-
-hot cold {}
-",
-                    "filler ".repeat(i % 9)
-                ),
+                0 => format!("# Hot cold\n\nhot cold {}\n", "filler ".repeat(i % 9)),
                 1 => format!(
-                    "# Intro
-
-hot {}cold {}
-",
+                    "# Intro\n\nhot {}cold {}\n",
                     "hot ".repeat(i % 5),
                     "x ".repeat(i % 7)
                 ),
-                2 => format!(
-                    "# Cold
-
-hot and cold {}
-",
-                    "cold ".repeat(i % 3)
-                ),
-                _ => format!(
-                    "plain hot words {i}
-"
-                ),
+                2 => format!("# Cold\n\nhot and cold {}\n", "cold ".repeat(i % 3)),
+                _ => format!("plain hot words {i}\n"),
             };
             docs.push((
                 leak(format!("/p/{i:03}.md")),
