@@ -719,6 +719,47 @@ mod tests_support {
     }
 
     #[test]
+    fn phrases_standing_outside_the_text_or_across_a_compound_are_found() {
+        // The pairs field holds text only: a phrase in a heading trail, a title or a tag,
+        // or one whose words touch a compound (`path.match`), must still be met.
+        let docs: Vec<Doc> = (0..60)
+            .map(|i| {
+                let (meta, body) = match i % 6 {
+                    0 => (
+                        vec![("title", "Alpha Beta guide")],
+                        "# Intro\n\nbeta alpha then\n".to_owned(),
+                    ),
+                    1 => (
+                        vec![("tags", "alpha beta,other")],
+                        "# Intro\n\nnothing here\n".to_owned(),
+                    ),
+                    2 => (
+                        vec![],
+                        "# Alpha beta\n\n## Under\n\nbeta alone alpha\n".to_owned(),
+                    ),
+                    3 => (vec![], "# Text\n\nsee path.match alpha beta\n".to_owned()),
+                    4 => (vec![], "# Apart\n\nalpha gamma beta\n".to_owned()),
+                    _ => (vec![], "# Text\n\nthe alpha beta runs\n".to_owned()),
+                };
+                (leak(format!("/out/{i:03}.md")), meta, body)
+            })
+            .collect();
+        same_as_oracle(
+            &build_in_segments(&docs, docs.len(), 25),
+            &[
+                "\"alpha beta\"",
+                "\"beta alpha\"",
+                "\"path.match alpha\"",
+                "\"match alpha beta\"",
+                "\"alpha beta guide\"",
+                "\"alpha beta\" under",
+            ],
+            &[1, 5, 0],
+            |q| q,
+        );
+    }
+
+    #[test]
     fn a_folded_delta_answers_as_before() {
         let docs = corpus();
         let store = SectionStore::create(None).unwrap();
