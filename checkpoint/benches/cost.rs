@@ -188,7 +188,6 @@ async fn run(args: Args) {
     let mut unringed_role = Role::default();
     let mut written = 0u64;
     let mut slowest = (Duration::ZERO, Duration::ZERO);
-    let mut checkpoint_bytes = 0u64;
     let intervals = args
         .intervals
         .unwrap_or_else(|| DEFAULT_WIDTHS[0].div_ceil(writes) as usize);
@@ -245,7 +244,6 @@ async fn run(args: Args) {
         let stats = writer_replica.checkpoint(FRESHEN).await.unwrap().unwrap();
         let (simulated, wall) = (t.elapsed(), w.elapsed());
         checkpoint_role.add(&own.reading().since(&before));
-        checkpoint_bytes += stats.bytes_written;
         slowest = (slowest.0.max(simulated), slowest.1.max(wall));
         let kind = if writer_replica.base().root.tiers[0].grid != base_grid {
             &mut kinds[2]
@@ -307,7 +305,7 @@ async fn run(args: Args) {
     );
     println!(
         "checkpoint bytes per write: {:.0}; slowest checkpoint {:.2} s simulated, {:.2} s wall",
-        checkpoint_bytes as f64 / n,
+        kinds.iter().map(|k| k.bytes).sum::<u64>() as f64 / n,
         slowest.0.as_secs_f64(),
         slowest.1.as_secs_f64()
     );

@@ -159,7 +159,8 @@ pub struct Replica {
     /// [`OpenOptions::read_history_ahead`].
     may_read_ahead: bool,
     pub(crate) read_ahead: Arc<ReadAhead>,
-    reading_ahead: Vec<tokio::task::JoinHandle<()>>,
+    /// The reads ahead in flight: aborted when the replica stops reading ahead or is dropped.
+    reading_ahead: tokio::task::JoinSet<()>,
 }
 
 /// Lists every checkpoint sequence under `prefix`, oldest first, with its attributes. A key
@@ -421,7 +422,7 @@ impl Replica {
             reads_ahead: false,
             may_read_ahead: options.read_history_ahead,
             read_ahead: Arc::default(),
-            reading_ahead: Vec::new(),
+            reading_ahead: tokio::task::JoinSet::new(),
         };
         let applied = replica.catch_up().await?;
         if applied == 0 && sequence > GENESIS_SEQUENCE {
@@ -631,8 +632,8 @@ impl Replica {
             let ahead = self.read_ahead.clone();
             let folded = docs.iter().map(|(d, _)| d.clone()).collect();
             let read = ahead.read(self.store.clone(), self.prefix.clone(), cut, folded);
-            self.reading_ahead.retain(|task| !task.is_finished());
-            self.reading_ahead.push(runtime.spawn(read));
+            while self.reading_ahead.try_join_next().is_some() {}
+            self.reading_ahead.spawn_on(read, &runtime);
         }
         self.tracker.sealed.push(Sealed { cut, docs });
         self.tracker.open_cut = cut;
@@ -641,9 +642,7 @@ impl Replica {
     /// Waits until the history blocks read ahead for the epochs ended so far are in (for
     /// tests and benchmarks: a checkpoint never waits for them).
     pub async fn read_ahead_done(&mut self) {
-        for task in std::mem::take(&mut self.reading_ahead) {
-            let _ = task.await;
-        }
+        while self.reading_ahead.join_next().await.is_some() {}
     }
 
     /// Takes slots from `recent` (the ring its store's committer publishes into) before
@@ -980,6 +979,7 @@ impl Replica {
         self.rest_on(base);
         // A peer writes the checkpoints now.
         self.reads_ahead = false;
+        self.reading_ahead.abort_all();
         self.read_ahead.clear();
         Ok(true)
     }

@@ -720,8 +720,8 @@ mod tests_support {
 
     #[test]
     fn phrases_standing_outside_the_text_or_across_a_compound_are_found() {
-        // The pairs field holds text only: a phrase in a heading trail, a title or a tag,
-        // or one whose words touch a compound (`path.match`), must still be met.
+        // A phrase may stand in a heading trail, a title or a tag rather than in the text,
+        // or touch a compound (`path.match`): the stored index meets each as the oracle does.
         let docs: Vec<Doc> = (0..60)
             .map(|i| {
                 let (meta, body) = match i % 6 {
