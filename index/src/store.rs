@@ -38,6 +38,7 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use quire_log::{DocPath, Hash};
@@ -396,6 +397,7 @@ impl SectionStore {
             fields: self.fields,
             sequence,
             totals: Arc::default(),
+            positions_read: Arc::default(),
         })
     }
 
@@ -443,6 +445,9 @@ pub struct Base {
     sequence: u64,
     /// Sections counted by the statistics and their summed length, read once.
     totals: Arc<OnceLock<(u64, u64)>>,
+    /// Sections whose phrase positions searches of this commit have read: the costly part
+    /// of a phrase, which the bounds exist to spare.
+    positions_read: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for Base {
@@ -532,6 +537,11 @@ impl Base {
     /// The sequence of the snapshot this commit covers.
     pub fn sequence(&self) -> u64 {
         self.sequence
+    }
+
+    /// Sections whose phrase positions searches of this commit have read so far.
+    pub fn positions_read(&self) -> u64 {
+        self.positions_read.load(Ordering::Relaxed)
     }
 
     /// Live sections.

@@ -719,6 +719,39 @@ mod tests_support {
     }
 
     #[test]
+    fn a_phrase_is_bounded_by_its_rarest_word_before_its_positions_are_read() {
+        // Twenty sections hold the phrase three times in six words; a hundred later ones
+        // hold one word six times and the phrase once. Their words' frequencies together
+        // could beat the first twenty, but the phrase stands no more often than "beta":
+        // once the kept rows are the strong sections, the rest are passed over unread.
+        let docs: Vec<Doc> = (0..120)
+            .map(|i| {
+                let body = if i < 20 {
+                    "# Strong\n\nalpha beta alpha beta alpha beta\n"
+                } else {
+                    "# Skewed\n\nalpha alpha alpha alpha alpha alpha beta\n"
+                };
+                (leak(format!("/rb/{i:03}.md")), vec![], body.to_owned())
+            })
+            .collect();
+        let built = build_in_segments(&docs, docs.len(), docs.len());
+        let base = built.2.base().unwrap().clone();
+        assert_eq!(base.segments().len(), 1);
+        let before = base.positions_read();
+        let got = same_as_oracle(&built, &["\"alpha beta\""], &[1], |q| q);
+        assert!(
+            got[0].1[0].path.as_str() < "/rb/020",
+            "{}",
+            got[0].1[0].path
+        );
+        assert_eq!(base.positions_read() - before, 20);
+        // Unbounded, every section is read.
+        let before = base.positions_read();
+        same_as_oracle(&built, &["\"alpha beta\""], &[0], |q| q);
+        assert_eq!(base.positions_read() - before, 120);
+    }
+
+    #[test]
     fn phrases_standing_outside_the_text_or_across_a_compound_are_found() {
         // A phrase may stand in a heading trail, a title or a tag rather than in the text,
         // or touch a compound (`path.match`): the stored index meets each as the oracle does.

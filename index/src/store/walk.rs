@@ -79,6 +79,29 @@ fn record(m: &mut Met, list: &List) {
     }
 }
 
+impl Met {
+    /// What a section may meet of a phrase whose words met it as `self` and `word` say: the
+    /// phrase stands in a part only where every word does, and at most as often as its
+    /// rarest word there.
+    fn phrase_with(self, word: Met) -> Met {
+        Met {
+            count: self.count.min(word.count),
+            trail: self.trail && word.trail,
+            entry: self.entry && word.entry,
+        }
+    }
+
+    /// Either part met: a section some word of a term meets in a trail or an entry is read
+    /// by the boosted pass.
+    fn either(self, other: Met) -> Met {
+        Met {
+            count: (self.count + other.count).min(255),
+            trail: self.trail || other.trail,
+            entry: self.entry || other.entry,
+        }
+    }
+}
+
 impl Base {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn segment_candidates(
@@ -176,9 +199,12 @@ impl Base {
         };
         let single_word = matches!(terms, [Term::Word(_) | Term::Prefix(_)]);
         let mut met = vec![Met::default(); terms.len()];
+        // Per term, the most its positions could show: for a phrase, its words' `phrase_with`.
+        let mut bounds = vec![Met::default(); terms.len()];
         // Every term must meet a section, so when one misses `doc` no section before the
         // next it meets can be a row: the driver seeks there instead of stepping to it.
         let mut skip_to: DocId = 0;
+        let mut positions_read = 0;
         loop {
             if skip_to == TERMINATED {
                 break;
@@ -222,9 +248,9 @@ impl Base {
             }
             let mut all = true;
             for (i, need) in needs.iter_mut().enumerate() {
-                let mut m = match drive {
-                    Some((t, _)) if t == i => driven,
-                    _ => Met::default(),
+                let (mut m, mut bound) = match drive {
+                    Some((t, _)) if t == i => (driven, Some(driven)),
+                    _ => (Met::default(), None),
                 };
                 let mut groups_met = true;
                 for (g, lists) in need.groups.iter_mut().enumerate() {
@@ -232,12 +258,15 @@ impl Base {
                         continue;
                     }
                     let mut any = false;
+                    let mut word = Met::default();
                     for list in lists.iter_mut() {
                         if at(list, doc) {
                             any = true;
-                            record(&mut m, list);
+                            record(&mut word, list);
                         }
                     }
+                    m = m.either(word);
+                    bound = Some(bound.map_or(word, |b| b.phrase_with(word)));
                     if !any {
                         // Each list now stands past `doc`: the group's next section.
                         skip_to = lists
@@ -254,6 +283,7 @@ impl Base {
                     break;
                 }
                 met[i] = m;
+                bounds[i] = bound.unwrap_or(m);
             }
             if !all {
                 continue;
@@ -265,18 +295,21 @@ impl Base {
                 continue;
             }
             // Before positions are read, the same bound with each phrase's words for the
-            // phrase: it occurs at most as often as they do, and only where they are.
-            // Positions cost far more than two column values, so this bound takes the
-            // section's own length and prior.
+            // phrase: it occurs at most as often as its rarest word, and only in the parts
+            // where all of them are. Positions cost far more than two column values, so
+            // this bound takes the section's own length and prior.
             if phrases.iter().any(Option::is_some)
                 && let Some(threshold) = out.threshold()
             {
                 let len = lens.first(doc).unwrap_or(0) as u32;
                 let prior = priors.first(doc).unwrap_or(MAX_PRIOR);
-                if below(best_score(&met, stats, true, len) * prior, threshold) {
+                if below(best_score(&bounds, stats, true, len) * prior, threshold) {
                     out.dropped = true;
                     continue;
                 }
+            }
+            if phrases.iter().any(Option::is_some) {
+                positions_read += 1;
             }
             let mut gone = false;
             for (i, lists) in phrases.iter_mut().enumerate() {
@@ -349,6 +382,8 @@ impl Base {
                 ends_cut_run: false,
             });
         }
+        self.positions_read
+            .fetch_add(positions_read, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }
