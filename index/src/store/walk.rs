@@ -3,6 +3,7 @@
 //! read when its best possible score misses them.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tantivy::postings::{Postings, SegmentPostings};
 use tantivy::schema::IndexRecordOption;
@@ -91,8 +92,8 @@ impl Met {
         }
     }
 
-    /// Either part met: a section some word of a term meets in a trail or an entry is read
-    /// by the boosted pass.
+    /// What two words (or a prefix's tokens) of one term met together, their counts summed:
+    /// what decides which pass reads a section, and a word or prefix's own score.
     fn either(self, other: Met) -> Met {
         Met {
             count: (self.count + other.count).min(255),
@@ -204,6 +205,7 @@ impl Base {
         // Every term must meet a section, so when one misses `doc` no section before the
         // next it meets can be a row: the driver seeks there instead of stepping to it.
         let mut skip_to: DocId = 0;
+        let phrased = phrases.iter().any(Option::is_some);
         let mut positions_read = 0;
         loop {
             if skip_to == TERMINATED {
@@ -298,9 +300,7 @@ impl Base {
             // phrase: it occurs at most as often as its rarest word, and only in the parts
             // where all of them are. Positions cost far more than two column values, so
             // this bound takes the section's own length and prior.
-            if phrases.iter().any(Option::is_some)
-                && let Some(threshold) = out.threshold()
-            {
+            if phrased && let Some(threshold) = out.threshold() {
                 let len = lens.first(doc).unwrap_or(0) as u32;
                 let prior = priors.first(doc).unwrap_or(MAX_PRIOR);
                 if below(best_score(&bounds, stats, true, len) * prior, threshold) {
@@ -308,7 +308,7 @@ impl Base {
                     continue;
                 }
             }
-            if phrases.iter().any(Option::is_some) {
+            if phrased {
                 positions_read += 1;
             }
             let mut gone = false;
@@ -383,7 +383,7 @@ impl Base {
             });
         }
         self.positions_read
-            .fetch_add(positions_read, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(positions_read, Ordering::Relaxed);
         Ok(())
     }
 }
