@@ -91,16 +91,6 @@ impl Met {
             entry: self.entry && word.entry,
         }
     }
-
-    /// What two words (or a prefix's tokens) of one term met together, their counts summed:
-    /// what decides which pass reads a section, and a word or prefix's own score.
-    fn either(self, other: Met) -> Met {
-        Met {
-            count: (self.count + other.count).min(255),
-            trail: self.trail || other.trail,
-            entry: self.entry || other.entry,
-        }
-    }
 }
 
 impl Base {
@@ -199,9 +189,9 @@ impl Base {
             (lists, None)
         };
         let single_word = matches!(terms, [Term::Word(_) | Term::Prefix(_)]);
+        // Per term, what it met (for a phrase, until its positions are read, the most they
+        // could show: its words' `phrase_with`).
         let mut met = vec![Met::default(); terms.len()];
-        // Per term, the most its positions could show: for a phrase, its words' `phrase_with`.
-        let mut bounds = vec![Met::default(); terms.len()];
         // Every term must meet a section, so when one misses `doc` no section before the
         // next it meets can be a row: the driver seeks there instead of stepping to it.
         let mut skip_to: DocId = 0;
@@ -249,10 +239,13 @@ impl Base {
                 }
             }
             let mut all = true;
+            // A section some word meets in a trail or an entry list is a row of the boosted
+            // pass, and only such a section.
+            let mut boosted = false;
             for (i, need) in needs.iter_mut().enumerate() {
-                let (mut m, mut bound) = match drive {
-                    Some((t, _)) if t == i => (driven, Some(driven)),
-                    _ => (Met::default(), None),
+                let mut m = match drive {
+                    Some((t, _)) if t == i => Some(driven),
+                    _ => None,
                 };
                 let mut groups_met = true;
                 for (g, lists) in need.groups.iter_mut().enumerate() {
@@ -267,8 +260,8 @@ impl Base {
                             record(&mut word, list);
                         }
                     }
-                    m = m.either(word);
-                    bound = Some(bound.map_or(word, |b| b.phrase_with(word)));
+                    boosted |= word.trail || word.entry;
+                    m = Some(m.map_or(word, |b| b.phrase_with(word)));
                     if !any {
                         // Each list now stands past `doc`: the group's next section.
                         skip_to = lists
@@ -284,15 +277,16 @@ impl Base {
                     all = false;
                     break;
                 }
-                met[i] = m;
-                bounds[i] = bound.unwrap_or(m);
+                // Every term has a group, the driver's or one read here.
+                met[i] = m.unwrap_or_default();
             }
             if !all {
                 continue;
             }
-            // A section in some trail or entry list is a row of the boosted pass, and only
-            // such a section.
-            let boosted = met.iter().any(|m| m.trail || m.entry);
+            // The driving group's lists were read by the driver.
+            if drive.is_some() {
+                boosted |= driven.trail || driven.entry;
+            }
             if boosted != (pass == Pass::Boosted) {
                 continue;
             }
@@ -303,7 +297,7 @@ impl Base {
             if phrased && let Some(threshold) = out.threshold() {
                 let len = lens.first(doc).unwrap_or(0) as u32;
                 let prior = priors.first(doc).unwrap_or(MAX_PRIOR);
-                if below(best_score(&bounds, stats, true, len) * prior, threshold) {
+                if below(best_score(&met, stats, true, len) * prior, threshold) {
                     out.dropped = true;
                     continue;
                 }
