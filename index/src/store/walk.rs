@@ -30,6 +30,9 @@ struct Met {
     entry: bool,
 }
 
+/// The most occurrences of a term a section is counted with.
+const MAX_COUNT: u32 = 255;
+
 /// How often the words of `lists` (a phrase's, in order) stand one after another in `doc`.
 fn phrase_at(lists: &mut [SegmentPostings], doc: DocId, positions: &mut Vec<Vec<u32>>) -> u32 {
     positions.resize_with(lists.len(), Vec::new);
@@ -74,13 +77,21 @@ fn best_score(met: &[Met], stats: &Ranking, loose: bool, len: u32) -> f64 {
 
 fn record(m: &mut Met, list: &List) {
     match list.kind {
-        Kind::Text => m.count = (m.count + list.postings.term_freq()).min(255),
+        Kind::Text => m.count = (m.count + list.postings.term_freq()).min(MAX_COUNT),
         Kind::Trail => m.trail = true,
         Kind::Entry => m.entry = true,
     }
 }
 
 impl Met {
+    /// What a term may meet before any of its words is read: `phrase_with` keeps whatever
+    /// a word meets, and a term no word narrowed is bounded loosely, never below its score.
+    const UNREAD: Met = Met {
+        count: MAX_COUNT,
+        trail: true,
+        entry: true,
+    };
+
     /// What a section may meet of a phrase whose words met it as `self` and `word` say: the
     /// phrase stands in a part only where every word does, and at most as often as its
     /// rarest word there.
@@ -244,8 +255,8 @@ impl Base {
             let mut boosted = false;
             for (i, need) in needs.iter_mut().enumerate() {
                 let mut m = match drive {
-                    Some((t, _)) if t == i => Some(driven),
-                    _ => None,
+                    Some((t, _)) if t == i => driven,
+                    _ => Met::UNREAD,
                 };
                 let mut groups_met = true;
                 for (g, lists) in need.groups.iter_mut().enumerate() {
@@ -261,7 +272,7 @@ impl Base {
                         }
                     }
                     boosted |= word.trail || word.entry;
-                    m = Some(m.map_or(word, |b| b.phrase_with(word)));
+                    m = m.phrase_with(word);
                     if !any {
                         // Each list now stands past `doc`: the group's next section.
                         skip_to = lists
@@ -277,8 +288,7 @@ impl Base {
                     all = false;
                     break;
                 }
-                // Every term has a group, the driver's or one read here.
-                met[i] = m.unwrap_or_default();
+                met[i] = m;
             }
             if !all {
                 continue;
@@ -316,7 +326,7 @@ impl Base {
                         .map_or(0, |l| phrase_at(l, doc, &mut positions))
                 };
                 let m = Met {
-                    count: count(text).min(255),
+                    count: count(text).min(MAX_COUNT),
                     trail: count(trail) > 0,
                     entry: count(entry) > 0,
                 };
