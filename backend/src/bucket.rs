@@ -526,12 +526,15 @@ impl BucketStore {
             elapsed: options.elapsed.clone(),
             search: BodySearch::with_shelf(
                 options.search.clone(),
-                Some(Arc::new(BucketShelf::new(
-                    blobs_for_shelf,
-                    &prefix_for_shelf,
-                    &world.to_string(),
-                    options.search.shelf_grace,
-                ))),
+                Some(Arc::new(
+                    BucketShelf::new(
+                        blobs_for_shelf,
+                        &prefix_for_shelf,
+                        &world.to_string(),
+                        options.search.shelf_grace,
+                    )
+                    .with_part_bytes(options.search.copy_part_bytes),
+                )),
             ),
         });
         let compaction = match (&options.compaction, options.read_only) {

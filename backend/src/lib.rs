@@ -45,7 +45,7 @@ pub use quire_index::{CatalogMatch, CatalogQuery, Filter, MatchMode, SectionHit}
 pub use quire_log::build::PreparedWrite;
 pub use quire_log::metadata::Metadata;
 pub use quire_log::{DocPath, DocSummary, Hash, Timestamp};
-pub use search::{BodySearch, IndexShelf, SearchOptions, SearchStatus};
+pub use search::{BodySearch, IndexShelf, SearchOptions, SearchStatus, Taken};
 pub use types::{
     ArchiveRequest, ArchiveResult, CommitCounters, DirEntry, Document, ListOptions, Prune,
     StoreStats, VersionInfo, WriteRequest,

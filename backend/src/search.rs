@@ -57,11 +57,33 @@ pub trait IndexShelf: Send + Sync + fmt::Debug {
     /// Stores a copy of `store`'s last commit (`export`), which covers `sequence`.
     async fn put(&self, sequence: u64, store: Arc<SectionStore>, export: Export) -> Result<()>;
     /// Copies the newest stored index into `into`, verified object by object; `None` when
-    /// there is none. Returns the sequence it covers and the opened store.
-    async fn take(&self, into: Import) -> Result<Option<(u64, SectionStore)>>;
+    /// there is none, or when the newest covers `refused` (a copy found damaged after it
+    /// was taken).
+    async fn take(&self, into: Import, refused: Option<u64>) -> Result<Option<Taken>>;
     /// Drops copies older than the oldest kept checkpoint and parts nothing names; returns
     /// the objects deleted.
     async fn collect(&self, oldest_kept: u64) -> Result<u64>;
+}
+
+/// A copy of a section index, taken from a shelf.
+pub struct Taken {
+    /// The sequence of the snapshot it covers.
+    pub sequence: u64,
+    /// The opened index.
+    pub store: SectionStore,
+    /// The download of the files that arrive after it opened (a read fetches the parts it
+    /// touches first): done when every part is written, failed when one is damaged or
+    /// cannot be had. `None` when every file came before it opened.
+    pub rest: Option<futures::future::BoxFuture<'static, Result<()>>>,
+}
+
+impl fmt::Debug for Taken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Taken")
+            .field("sequence", &self.sequence)
+            .field("late", &self.rest.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Waiting snapshots beyond which the worker steps straight to the newest.
@@ -88,6 +110,10 @@ pub struct SearchOptions {
     /// How old a part of a copy on the shelf must be before a collection may take it when no
     /// manifest names it (a copy being written names its parts only when done).
     pub shelf_grace: Duration,
+    /// The bytes a copy's files are cut into on the shelf. Every replica of a world must use
+    /// the same (a part is keyed by its file and its number, and a reader cuts by its own);
+    /// tests shrink it so small files span many parts.
+    pub copy_part_bytes: usize,
 }
 
 impl Default for SearchOptions {
@@ -101,6 +127,7 @@ impl Default for SearchOptions {
             fold_documents: 4096,
             fold_every: Duration::from_secs(2),
             shelf_grace: Duration::from_secs(3600),
+            copy_part_bytes: crate::search_shelf::PART_BYTES,
         }
     }
 }
@@ -122,6 +149,9 @@ pub struct SearchStatus {
     pub folds: u64,
     /// Builds that started from a copy on the shelf instead of every body.
     pub downloads: u64,
+    /// Downloaded copies whose late files (positions and stored sections, which arrive
+    /// after the copy answers) all arrived and passed their checksums.
+    pub copies_whole: u64,
     /// Copies put on the shelf.
     pub exports: u64,
     /// Shelf collections finished (after checkpoint drops).
@@ -157,6 +187,8 @@ struct SearchInner {
     export_due: std::sync::atomic::AtomicBool,
     /// The oldest kept checkpoint to collect the shelf by once the copy is put.
     collect_after: Mutex<Option<u64>>,
+    /// The sequence of a copy found damaged after it was taken: not taken again.
+    refused_copy: Mutex<Option<u64>>,
     run: Mutex<Option<Run>>,
     wake: Notify,
     published: Arc<watch::Sender<Published>>,
@@ -202,6 +234,7 @@ impl BodySearch {
                 shelf,
                 export_due: Default::default(),
                 collect_after: Mutex::new(None),
+                refused_copy: Mutex::new(None),
                 run: Mutex::new(None),
                 wake: Notify::new(),
                 published: Arc::new(watch::Sender::new(Published::default())),
@@ -430,6 +463,66 @@ struct Stored {
     /// Removed (with the files) when the index is dropped.
     _dir: Option<tempfile::TempDir>,
     last_fold: Instant,
+    /// The sequence of the copy it was taken from while some of its files still arrive,
+    /// cancelled if one proves damaged (see [`Stored::arrive`]).
+    late: Option<(u64, CancellationToken)>,
+    /// Stops the arrival of the late files when the index is dropped.
+    _arriving: Option<tokio_util::sync::DropGuard>,
+}
+
+impl Stored {
+    fn new(store: Arc<SectionStore>, dir: Option<tempfile::TempDir>) -> Stored {
+        Stored {
+            store,
+            _dir: dir,
+            last_fold: Instant::now(),
+            late: None,
+            _arriving: None,
+        }
+    }
+
+    /// Lets the late files of the copy of `sequence` arrive in the background (`rest`), then
+    /// checks them against their checksums; a failure of either marks the store damaged.
+    fn arrive(
+        &mut self,
+        published: Arc<watch::Sender<Published>>,
+        sequence: u64,
+        rest: futures::future::BoxFuture<'static, Result<()>>,
+    ) {
+        let (damaged, stop) = (CancellationToken::new(), CancellationToken::new());
+        let store = self.store.clone();
+        let marking = damaged.clone();
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            let arrived = tokio::select! {
+                arrived = rest => arrived.map_err(store_error),
+                () = stopped.cancelled() => return,
+            };
+            let checked = match arrived {
+                Ok(()) => blocking(move || store.verify_deferred()).await,
+                Err(error) => Err(error),
+            };
+            match checked {
+                Ok(()) => {
+                    tracing::info!("the late files of the section index copy arrived");
+                    published.send_modify(|p| p.status.copies_whole += 1);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the section index copy is damaged; dropping it");
+                    marking.cancel();
+                }
+            }
+        });
+        self.late = Some((sequence, damaged));
+        self._arriving = Some(stop.drop_guard());
+    }
+
+    /// The sequence of the copy it was taken from, once that proved damaged.
+    fn damaged_copy(&self) -> Option<u64> {
+        self.late
+            .as_ref()
+            .and_then(|(sequence, damaged)| damaged.is_cancelled().then_some(*sequence))
+    }
 }
 
 fn store_error(e: impl fmt::Display) -> StoreError {
@@ -461,13 +554,15 @@ fn fresh_dir(
 
 /// The index of `state` from the newest copy on the shelf: downloaded, verified, compared
 /// with `state` document by document, and brought to it by reading only the bodies that
-/// differ. `None` when the shelf holds no usable copy.
+/// differ. `None` when the shelf holds no usable copy (or only the `refused` one).
 async fn download(
-    options: &SearchOptions,
+    inner: &SearchInner,
+    refused: Option<u64>,
     shelf: &Arc<dyn IndexShelf>,
     source: &dyn SnapshotSource,
     state: &WorldState,
 ) -> std::result::Result<Option<(Stored, IndexVersion)>, StoreError> {
+    let options = &inner.options;
     let dir = fresh_dir(options)?;
     let import = Import::new(dir.as_ref().map(|d| d.path()))?;
     let started = Instant::now();
@@ -480,8 +575,11 @@ async fn download(
         tokio::task::spawn_blocking(move || state_digests(&live, &wanted))
     };
     let _stop_digests = wanted.drop_guard();
-    let store = match shelf.take(import).await {
-        Ok(Some((_, store))) => Arc::new(store),
+    let (store, late) = match shelf.take(import, refused).await {
+        Ok(Some(taken)) => (
+            Arc::new(taken.store),
+            taken.rest.map(|rest| (taken.sequence, rest)),
+        ),
         Ok(None) => return Ok(None),
         Err(error) => {
             tracing::warn!(%error, "the section index copy is unusable; building from the bodies");
@@ -507,14 +605,11 @@ async fn download(
         differing,
         "section index copy downloaded"
     );
-    Ok(Some((
-        Stored {
-            store,
-            _dir: dir,
-            last_fold: Instant::now(),
-        },
-        version,
-    )))
+    let mut stored = Stored::new(store, dir);
+    if let Some((sequence, rest)) = late {
+        stored.arrive(inner.published.clone(), sequence, rest);
+    }
+    Ok(Some((stored, version)))
 }
 
 /// Every live document of `state`, in path order, with the digest of its entry key as a
@@ -588,14 +683,7 @@ async fn build(
     let sequence = state.sequence();
     let committing = store.clone();
     let base = blocking(move || committing.commit(sequence)).await?;
-    Ok((
-        Stored {
-            store,
-            _dir: dir,
-            last_fold: Instant::now(),
-        },
-        IndexVersion::new(Some(base)),
-    ))
+    Ok((Stored::new(store, dir), IndexVersion::new(Some(base))))
 }
 
 /// Folds `version`'s delta into the store when it is big or old enough; returns the version
@@ -666,8 +754,9 @@ async fn first(
     source: &dyn SnapshotSource,
     state: &WorldState,
 ) -> std::result::Result<(Stored, IndexVersion), StoreError> {
+    let refused = *inner.refused_copy.lock().expect("search lock poisoned");
     if let Some(shelf) = &inner.shelf
-        && let Some(found) = download(&inner.options, shelf, source, state).await?
+        && let Some(found) = download(inner, refused, shelf, source, state).await?
     {
         inner.published.send_modify(|p| p.status.downloads += 1);
         return Ok(found);
@@ -751,6 +840,10 @@ async fn work(inner: Arc<SearchInner>, source: Weak<dyn SnapshotSource>) {
     let mut current: Option<(WorldState, IndexVersion)> = None;
     let mut stored: Option<Stored> = None;
     loop {
+        if let Some(sequence) = stored.as_ref().and_then(Stored::damaged_copy) {
+            *inner.refused_copy.lock().expect("search lock poisoned") = Some(sequence);
+            break;
+        }
         let next = {
             let mut guard = inner.run.lock().expect("search lock poisoned");
             let Some(run) = guard.as_mut() else { return };
@@ -779,9 +872,14 @@ async fn work(inner: Arc<SearchInner>, source: Weak<dyn SnapshotSource>) {
                     current = Some((state, version));
                     continue;
                 }
+                let damaged = stored
+                    .as_ref()
+                    .and_then(|s| s.late.as_ref().map(|(_, damaged)| damaged.clone()))
+                    .unwrap_or_default();
                 tokio::select! {
                     () = inner.stop.cancelled() => {}
                     () = inner.wake.notified() => {}
+                    () = damaged.cancelled() => {}
                     () = tokio::time::sleep_until(idle_until) => {}
                 }
                 continue;

@@ -12,6 +12,10 @@
 //! - **Never trusted**: every part must hash to its manifest entry and every file pass its
 //!   checksum; the documents of the copy are then compared, key by key, with the snapshot it
 //!   serves, and only those that agree are kept. A missing or damaged object costs a rebuild.
+//! - **Answering before it is whole**: into a directory, positions and stored sections arrive
+//!   after the index opens (their last parts, which opening reads, before): the rest
+//!   downloads behind the first answers, a search fetches the parts it touches first, and
+//!   each such file passes its checksum once whole ([`Taken::rest`]).
 //! - **Collected with the checkpoints**: after a checkpoint drop, manifests of sequences below
 //!   the oldest kept checkpoint go (the newest manifest always stays), then every part no
 //!   manifest names once it is older than the grace (a copy being written names its parts
@@ -23,14 +27,14 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use quire_blob::BlobStore;
-use quire_index::{Export, Import, ImportFile, SectionStore};
+use quire_index::{DeferredFile, Export, Import, ImportFile, PartFetch, SectionStore};
 use quire_log::Hash;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Op, Result};
-use crate::search::IndexShelf;
+use crate::search::{IndexShelf, Taken};
 
 /// Key directory of the copies, under the world's prefix.
 pub const SEARCH_DIR: &str = "search/v1/";
@@ -42,6 +46,14 @@ const PARALLEL: usize = 16;
 /// part, compound tokens beside the runs, and zstd stored blocks; 2 had separate token
 /// fields).
 const FORMAT: u32 = 3;
+
+/// A part to fetch before the copy opens.
+enum Fetch {
+    /// Part of a file that comes whole: key, hash, the file, offset, length.
+    Whole(String, String, Arc<ImportFile>, u64, usize),
+    /// A claimed part of a late file.
+    Late(Arc<DeferredFile>, Arc<LateParts>, usize),
+}
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {
@@ -68,8 +80,8 @@ pub struct BucketShelf {
     prefix: String,
     world: String,
     grace: Duration,
-    /// [`PART_BYTES`]; smaller in tests, so small files span parts. One world's copies must
-    /// share it: a file's parts are keyed by its name and index alone.
+    /// [`PART_BYTES`] unless told otherwise; smaller in tests, so small files span parts.
+    /// One world's copies must share it: a file's parts are keyed by its name and index alone.
     part_bytes: usize,
 }
 
@@ -94,9 +106,12 @@ impl BucketShelf {
         }
     }
 
-    #[cfg(test)]
-    fn with_part_bytes(mut self, part_bytes: usize) -> Self {
-        self.part_bytes = part_bytes;
+    /// Cuts files into parts of `part_bytes` ([`SearchOptions::copy_part_bytes`]; at least
+    /// one byte).
+    ///
+    /// [`SearchOptions::copy_part_bytes`]: crate::SearchOptions::copy_part_bytes
+    pub fn with_part_bytes(mut self, part_bytes: usize) -> Self {
+        self.part_bytes = part_bytes.max(1);
         self
     }
 
@@ -150,9 +165,7 @@ impl BucketShelf {
         let data = found.data;
         // Off the task that polls every part, so parts hash and write on all cores at once.
         tokio::task::spawn_blocking(move || {
-            if data.len() != len || Hash::of(&data).to_hex() != hash {
-                return Err(damaged(&key, "the part does not match its manifest"));
-            }
+            check_part(&key, &hash, len, &data)?;
             out.write_at(offset, &data).map_err(failed)
         })
         .await
@@ -185,12 +198,107 @@ impl BucketShelf {
     }
 }
 
+/// A part must be as long as its place in the file and hash to its manifest entry.
+fn check_part(key: &str, hash: &str, len: usize, data: &[u8]) -> Result<()> {
+    if data.len() != len || Hash::of(data).to_hex() != hash {
+        return Err(damaged(key, "the part does not match its manifest"));
+    }
+    Ok(())
+}
+
+/// Where the parts of one file that arrives after its index opens come from.
+#[derive(Debug)]
+struct LateParts {
+    blobs: Arc<dyn BlobStore>,
+    /// Per part, its key and its manifest hash.
+    parts: Vec<(String, String)>,
+}
+
+impl LateParts {
+    async fn get(&self, part: usize) -> Result<(String, String, Bytes)> {
+        let (key, hash) = self
+            .parts
+            .get(part)
+            .cloned()
+            .ok_or_else(|| failed(format!("no part {part}")))?;
+        let found = self.blobs.get(&key).await.map_err(failed)?;
+        Ok((key, hash, found.data))
+    }
+
+    /// Fetches a claimed part into `file` (checked and written on the blocking pool) and
+    /// settles it.
+    async fn fetch_into(&self, file: Arc<DeferredFile>, part: usize) -> Result<()> {
+        let fetched = async {
+            let (key, hash, data) = self.get(part).await?;
+            let into = file.clone();
+            tokio::task::spawn_blocking(move || write_late(&into, part, &key, &hash, &data))
+                .await
+                .map_err(failed)?
+        }
+        .await;
+        file.settle(part, fetched.is_ok());
+        fetched
+    }
+
+    /// What a read of `file` calls, off the runtime, for a part nobody fetches: the part is
+    /// fetched on `runtime` and checked and written by the reading thread.
+    fn fetch_blocking(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        file: &DeferredFile,
+        part: usize,
+    ) -> std::result::Result<(), quire_index::StoreError> {
+        let (sent, arrived) = std::sync::mpsc::sync_channel(1);
+        let parts = self.clone();
+        runtime.spawn(async move {
+            // The reader waits on `arrived`; one gone (its thread ended) needs nothing.
+            let _ = sent.send(parts.get(part).await);
+        });
+        let as_store =
+            |e: Error| quire_index::StoreError::from(std::io::Error::other(e.to_string()));
+        let (key, hash, data) = arrived
+            .recv()
+            .map_err(|_| as_store(failed("the runtime stopped before the part came")))?
+            .map_err(as_store)?;
+        write_late(file, part, &key, &hash, &data).map_err(as_store)
+    }
+}
+
+fn write_late(file: &DeferredFile, part: usize, key: &str, hash: &str, data: &[u8]) -> Result<()> {
+    let range = file.part_range(part);
+    check_part(key, hash, (range.end - range.start) as usize, data)?;
+    file.write_part(part, data).map_err(failed)
+}
+
+/// Fetches every part of the late files nobody fetched yet, [`PARALLEL`] at once, file by
+/// file.
+async fn fetch_late(late: Vec<(Arc<DeferredFile>, Arc<LateParts>)>) -> Result<()> {
+    let wanted = late
+        .into_iter()
+        .flat_map(|(file, parts)| (0..file.parts()).map(move |i| (file.clone(), parts.clone(), i)));
+    futures::stream::iter(wanted)
+        .map(|(file, parts, part)| async move {
+            if !file.claim(part) {
+                return Ok(());
+            }
+            parts.fetch_into(file, part).await
+        })
+        .buffer_unordered(PARALLEL)
+        .try_collect::<()>()
+        .await
+}
+
 #[async_trait]
 impl IndexShelf for BucketShelf {
     async fn put(&self, sequence: u64, store: Arc<SectionStore>, export: Export) -> Result<()> {
         let mut files = Vec::with_capacity(export.files.len());
         for name in &export.files {
-            let bytes = store.read(name).map_err(failed)?;
+            // Off the runtime: a file of a copy still arriving waits for its parts.
+            let (reading, named) = (store.clone(), name.clone());
+            let bytes = tokio::task::spawn_blocking(move || reading.read(&named))
+                .await
+                .map_err(failed)?
+                .map_err(failed)?;
             let bytes = bytes.as_slice();
             let size = self.part_bytes;
             let count = bytes.len().div_ceil(size).max(1);
@@ -219,11 +327,14 @@ impl IndexShelf for BucketShelf {
             .await
     }
 
-    async fn take(&self, into: Import) -> Result<Option<(u64, SectionStore)>> {
+    async fn take(&self, into: Import, refused: Option<u64>) -> Result<Option<Taken>> {
         let started = tokio::time::Instant::now();
-        let Some((_, newest)) = self.manifests().await?.pop() else {
+        let Some((sequence, newest)) = self.manifests().await?.pop() else {
             return Ok(None);
         };
+        if refused == Some(sequence) {
+            return Ok(None);
+        }
         let manifest = self.read_manifest(&newest.key).await?;
         // Every file is cut at the part size, so its size fixes how many parts it has and
         // where each one goes; a manifest that disagrees is refused before anything is fetched.
@@ -243,29 +354,63 @@ impl IndexShelf for BucketShelf {
                 ));
             }
         }
-        let files: Vec<Arc<ImportFile>> = manifest
-            .files
-            .iter()
-            .map(|f| into.file(&f.name, f.size).map(Arc::new))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| damaged(&newest.key, e))?;
-        // Every part of every file in one stream, so small files download in parallel too;
-        // each part is checked and written at its place on the blocking pool as it arrives.
-        let mut wanted = Vec::new();
-        for (entry, out) in manifest.files.iter().zip(&files) {
-            for (i, hash) in entry.parts.iter().enumerate() {
+        // Positions and stored sections arrive after the index opens (a search fetches the
+        // parts it touches first); opening reads every file's end, so each late file's last
+        // part comes before, with every part of the other files.
+        let runtime = tokio::runtime::Handle::current();
+        let mut whole = Vec::new();
+        let mut late = Vec::new();
+        let mut first = Vec::new();
+        for entry in &manifest.files {
+            let keys = (0..entry.parts.len()).map(|i| self.part_key(&entry.name, i));
+            if into.defers() && quire_index::is_deferrable(&entry.name) {
+                let parts = Arc::new(LateParts {
+                    blobs: self.blobs.clone(),
+                    parts: keys.zip(entry.parts.iter().cloned()).collect(),
+                });
+                let fetch: PartFetch = {
+                    let (parts, runtime) = (parts.clone(), runtime.clone());
+                    Arc::new(move |file: &DeferredFile, part| {
+                        parts.fetch_blocking(&runtime, file, part)
+                    })
+                };
+                let file = into
+                    .deferred_file(&entry.name, entry.size, size as u64, fetch)
+                    .map_err(|e| damaged(&newest.key, e))?;
+                let last = file.parts() - 1;
+                if file.claim(last) {
+                    first.push(Fetch::Late(file.clone(), parts.clone(), last));
+                }
+                late.push((file, parts));
+                continue;
+            }
+            let out = Arc::new(
+                into.file(&entry.name, entry.size)
+                    .map_err(|e| damaged(&newest.key, e))?,
+            );
+            for (i, (key, hash)) in keys.zip(&entry.parts).enumerate() {
                 let offset = (i * size) as u64;
                 let len = (entry.size - offset).min(size as u64) as usize;
-                let key = self.part_key(&entry.name, i);
-                wanted.push((key, hash.clone(), out.clone(), offset, len));
+                first.push(Fetch::Whole(key, hash.clone(), out.clone(), offset, len));
             }
+            whole.push(out);
         }
-        futures::stream::iter(wanted)
-            .map(|(key, hash, out, offset, len)| self.fetch_part(key, hash, out, offset, len))
+        // Every part wanted before opening in one stream, so small files download in
+        // parallel too; each part is checked and written at its place on the blocking pool as
+        // it arrives.
+        futures::stream::iter(first)
+            .map(|fetch| async move {
+                match fetch {
+                    Fetch::Whole(key, hash, out, offset, len) => {
+                        self.fetch_part(key, hash, out, offset, len).await
+                    }
+                    Fetch::Late(file, parts, part) => parts.fetch_into(file, part).await,
+                }
+            })
             .buffer_unordered(PARALLEL)
             .try_collect::<()>()
             .await?;
-        for out in files {
+        for out in whole {
             let out =
                 Arc::into_inner(out).ok_or_else(|| failed("a part is still being written"))?;
             into.finish(out).map_err(failed)?;
@@ -280,9 +425,15 @@ impl IndexShelf for BucketShelf {
             fetch_ms = fetched.as_millis() as u64,
             open_ms = (started.elapsed() - fetched).as_millis() as u64,
             files = manifest.files.len(),
+            late = late.len(),
             "section index copy taken"
         );
-        Ok(Some((manifest.sequence, store)))
+        let rest = (!late.is_empty()).then(|| fetch_late(late).boxed());
+        Ok(Some(Taken {
+            sequence: manifest.sequence,
+            store,
+            rest,
+        }))
     }
 
     async fn collect(&self, oldest_kept: u64) -> Result<u64> {
@@ -394,29 +545,52 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         for into in [Some(dir.path()), None] {
-            let (sequence, copy) = shelf
-                .take(Import::new(into).unwrap())
+            let taken = shelf
+                .take(Import::new(into).unwrap(), None)
                 .await
                 .unwrap()
                 .unwrap();
-            assert_eq!(sequence, 7);
+            assert_eq!(taken.sequence, 7);
+            assert_eq!(taken.rest.is_some(), into.is_some());
             assert_eq!(
-                copy.base().unwrap().keys().unwrap(),
+                taken.store.base().unwrap().keys().unwrap(),
                 original.base().unwrap().keys().unwrap()
             );
+            if let Some(rest) = taken.rest {
+                rest.await.unwrap();
+                taken.store.verify_deferred().unwrap();
+            }
         }
+        let again = shelf.take(Import::new(None).unwrap(), Some(7)).await;
+        assert!(again.as_ref().is_ok_and(Option::is_none), "{again:?}");
 
-        // One part replaced by bytes of the same length.
-        let part = &parts[parts.len() / 2];
+        // One part replaced by bytes of the same length: the first of a file that arrives
+        // after its index opens, so a copy into a directory opens and its rest fails.
+        let part = parts
+            .iter()
+            .find(|p| p.key.contains(".store/") && p.key.ends_with("/00000000"))
+            .unwrap();
         let bytes = blobs.get(&part.key).await.unwrap().data;
         let wrong = Bytes::from(vec![b'x'; bytes.len()]);
         blobs
             .replace(&part.key, &part.generation, wrong)
             .await
             .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let refused = shelf.take(Import::new(Some(dir.path())).unwrap()).await;
+        let refused = shelf.take(Import::new(None).unwrap(), None).await;
         assert!(refused.is_err(), "{refused:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let taken = shelf
+            .take(Import::new(Some(dir.path())).unwrap(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let failed = taken.rest.unwrap().await;
+        assert!(
+            failed
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("does not match")),
+            "{failed:?}"
+        );
 
         // A manifest whose file claims one byte more than its parts hold.
         let key = shelf.manifest_key(7);
@@ -433,12 +607,53 @@ mod tests {
             .replace(&key, &found.attributes.generation, encoded)
             .await
             .unwrap();
-        let refused = shelf.take(Import::new(None).unwrap()).await;
+        let refused = shelf.take(Import::new(None).unwrap(), None).await;
         assert!(
             refused
                 .as_ref()
                 .is_err_and(|e| e.to_string().contains("parts for")),
             "{refused:?}"
         );
+    }
+
+    /// A copy into a directory answers before its late files are whole: a read fetches the
+    /// parts it touches (from a thread off the runtime) while nothing else fetches them,
+    /// and every byte read is the original's.
+    #[tokio::test]
+    async fn a_read_fetches_the_late_parts_it_touches_before_the_rest_arrives() {
+        let blobs = Arc::new(MemoryStore::new());
+        let original = store(40);
+        let shelf = shelf(&blobs);
+        let export = original.export().unwrap();
+        shelf
+            .put(7, original.clone(), export.clone())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let taken = shelf
+            .take(Import::new(Some(dir.path())).unwrap(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let copy = Arc::new(taken.store);
+        // `rest` is not polled: every late part read below is fetched by the read itself.
+        let rest = taken.rest.unwrap();
+        for name in export.files {
+            let (reading, named) = (copy.clone(), name.clone());
+            let read = tokio::task::spawn_blocking(move || reading.read(&named).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(
+                read.as_slice(),
+                original.read(&name).unwrap().as_slice(),
+                "{name}"
+            );
+        }
+        rest.await.unwrap();
+        let checking = copy.clone();
+        tokio::task::spawn_blocking(move || checking.verify_deferred())
+            .await
+            .unwrap()
+            .unwrap();
     }
 }

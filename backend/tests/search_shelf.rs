@@ -47,10 +47,21 @@ fn options() -> BucketOptions {
         search: SearchOptions {
             evict_after: Duration::from_secs(600),
             shelf_grace: Duration::ZERO,
+            // Small parts, so the index files span several and a copy's late files (read
+            // after it opens) have parts that come after it opens.
+            copy_part_bytes: 512,
             ..SearchOptions::default()
         },
         ..BucketOptions::default()
     }
+}
+
+/// [`options`] with the index files in `dir` (so a copy's postings, positions and stored
+/// sections arrive after it opens) instead of memory.
+fn on_disk(dir: &tempfile::TempDir) -> BucketOptions {
+    let mut options = options();
+    options.search.cache_dir = Some(dir.path().to_owned());
+    options
 }
 
 async fn publish(store: &dyn Store, path: &str, body: &str) {
@@ -154,6 +165,18 @@ async fn writer_with_a_copy(blobs: Arc<dyn BlobStore>) -> BucketStore {
 
 #[tokio::test(start_paused = true)]
 async fn a_cold_replica_downloads_the_copy_and_reads_only_what_changed_since() {
+    cold_replica_downloads_the_copy(options()).await;
+}
+
+/// The same with files on disk: the copy answers while its late files arrive.
+#[tokio::test(start_paused = true)]
+async fn a_cold_replica_with_files_on_disk_answers_while_the_copy_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    cold_replica_downloads_the_copy(on_disk(&dir)).await;
+}
+
+async fn cold_replica_downloads_the_copy(cold_options: BucketOptions) {
+    let on_disk = cold_options.search.cache_dir.is_some();
     let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
     writer_with_a_copy(blobs.clone()).await.close().await;
     assert!(!manifests(blobs.as_ref()).await.is_empty());
@@ -168,7 +191,7 @@ async fn a_cold_replica_downloads_the_copy_and_reads_only_what_changed_since() {
         .unwrap();
 
     let counting = Counting::new(blobs.clone());
-    let cold = BucketStore::open(counting.store.clone(), options())
+    let cold = BucketStore::open(counting.store.clone(), cold_options)
         .await
         .unwrap();
     let before = counting.body_reads();
@@ -188,6 +211,11 @@ async fn a_cold_replica_downloads_the_copy_and_reads_only_what_changed_since() {
     assert!(rows(&cold, "word1").await.is_empty(), "archived");
     assert_eq!(rows(&cold, "word5").await, ["/notes/n5.md#note-5"]);
     assert_eq!(rows(&cold, "common").await.len(), DOCS - 2);
+    // On disk, the copy's positions and stored sections arrived and passed their checksums.
+    if on_disk {
+        signal(cold.body_search(), |s| s.copies_whole == 1).await;
+    }
+    assert_eq!(cold.body_search().status().copies_whole, u64::from(on_disk));
     cold.close().await;
     writer.close().await;
 }
@@ -239,6 +267,64 @@ async fn a_damaged_or_missing_copy_costs_only_a_rebuild() {
     let status = cold.body_search().status();
     assert_eq!((status.downloads, status.builds), (0, 1), "{status:?}");
     cold.close().await;
+}
+
+/// A part of a late file (one read after the copy opened) that proves damaged drops the
+/// copy however it is found, by a read or by the rest of the download: the replica builds
+/// from the bodies and does not take that copy again.
+#[tokio::test(start_paused = true)]
+async fn a_copy_whose_late_part_proves_damaged_is_dropped_and_not_taken_again() {
+    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    writer_with_a_copy(blobs.clone()).await.close().await;
+    let parts = quire_blob::list_all(blobs.as_ref(), "w/search/v1/files/", "")
+        .await
+        .unwrap();
+    // The first part of a multi-part stored-sections file: not its last, which comes before
+    // the copy opens.
+    let late = parts
+        .iter()
+        .find(|a| a.key.contains(".store/") && a.key.ends_with("/00000000"))
+        .filter(|a| {
+            parts
+                .iter()
+                .any(|b| b.key == a.key.replace("/00000000", "/00000001"))
+        })
+        .expect("a stored-sections file of several parts");
+    let bytes = blobs.get(&late.key).await.unwrap().data;
+    blobs
+        .replace(
+            &late.key,
+            &late.generation,
+            Bytes::from(vec![b'x'; bytes.len()]),
+        )
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let counting = Counting::new(blobs.clone());
+    let cold = BucketStore::open(counting.store.clone(), on_disk(&dir))
+        .await
+        .unwrap();
+    signal_started(&cold).await;
+    // The copy was taken, then dropped: the next search builds from every body.
+    signal(cold.body_search(), |s| s.downloads == 1 && !s.active).await;
+    let before = counting.body_reads();
+    assert_eq!(rows(&cold, "common").await.len(), DOCS);
+    let status = cold.body_search().status();
+    assert_eq!((status.downloads, status.builds), (1, 2), "{status:?}");
+    assert!(
+        counting.body_reads() - before >= DOCS as u64,
+        "rebuilt from the bodies"
+    );
+    cold.close().await;
+}
+
+/// Starts the body search of `store` with one lookup, whatever it answers.
+async fn signal_started(store: &BucketStore) {
+    let ctx = Ctx::new();
+    let view = store.open_view(&ctx).await.unwrap();
+    let query = CatalogQuery::new("common").mode(MatchMode::Body);
+    let _ = view.lookup(&ctx, &query).await;
 }
 
 #[tokio::test(start_paused = true)]

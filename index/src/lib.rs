@@ -40,5 +40,8 @@ pub use query::{
     CatalogQuery, DEFAULT_LIMIT, Filter, MAX_LIMIT, MAX_TERMS, MIN_QUERY_CHARS, MatchMode, Terms,
     parse_time, validate_query_text,
 };
-pub use store::{Base, Export, Import, ImportFile, SectionStore, StoreError};
+pub use store::{
+    Base, DeferredFile, Export, Import, ImportFile, PartFetch, SectionStore, StoreError,
+    is_deferrable,
+};
 pub use version::IndexVersion;

@@ -61,11 +61,13 @@ use crate::query::CatalogQuery;
 use crate::tokens::{self, MAX_PREFIX_EXPANSION, Term};
 
 mod copy;
+mod deferred;
 mod kept;
 mod resolve;
 mod walk;
 mod words;
 pub use copy::{Export, Import, ImportFile};
+pub use deferred::{DeferredFile, PartFetch, is_deferrable};
 use kept::{Top, below, kept_for, text_only_bound};
 use resolve::in_order;
 use words::{WORDS_TOKENIZER, WordsTokenizer};
@@ -238,6 +240,9 @@ pub struct SectionStore {
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     fields: Fields,
+    /// Files of a copy that arrived after it opened, checked against their checksums by
+    /// [`SectionStore::verify_deferred`] once whole.
+    deferred: Vec<Arc<DeferredFile>>,
 }
 
 impl fmt::Debug for SectionStore {
@@ -263,7 +268,7 @@ impl SectionStore {
             ..Default::default()
         };
         let index = Index::create(raw.box_clone(), schema, settings)?;
-        SectionStore::with_index(index, raw)
+        SectionStore::with_index(index, raw, Vec::new())
     }
 
     /// The stored index in `dir`, as last committed.
@@ -277,10 +282,14 @@ impl SectionStore {
                 broken.len()
             )));
         }
-        SectionStore::with_index(index, raw)
+        SectionStore::with_index(index, raw, Vec::new())
     }
 
-    fn with_index(index: Index, raw: Box<dyn Directory>) -> StoreResult<SectionStore> {
+    fn with_index(
+        index: Index,
+        raw: Box<dyn Directory>,
+        deferred: Vec<Arc<DeferredFile>>,
+    ) -> StoreResult<SectionStore> {
         let fields = fields_of(&index.schema())?;
         index.tokenizers().register(WORDS_TOKENIZER, WordsTokenizer);
         let writer = index.writer_with_num_threads(1, WRITER_BUDGET)?;
@@ -295,6 +304,7 @@ impl SectionStore {
             reader,
             writer: Mutex::new(writer),
             fields,
+            deferred,
         })
     }
 
@@ -424,6 +434,34 @@ impl SectionStore {
             .open_read(Path::new(name))
             .map_err(|e| StoreError(e.to_string()))?;
         Ok(slice.read_bytes()?)
+    }
+
+    /// Waits until every file of a copy that arrived after it opened is whole (fetching the
+    /// parts nobody fetches) and checks each against its checksum: what
+    /// [`Import::open`] checks of the other files.
+    pub fn verify_deferred(&self) -> StoreResult<()> {
+        let mut broken = Vec::new();
+        for file in &self.deferred {
+            let path = Path::new(file.name());
+            // A merge may have replaced and deleted the file meanwhile: nothing reads it.
+            if !self.raw.exists(path).unwrap_or(false) {
+                continue;
+            }
+            file.ensure_all()?;
+            match self.index.directory().validate_checksum(path) {
+                Ok(true) => {}
+                Ok(false) => broken.push(file.name()),
+                Err(tantivy::directory::error::OpenReadError::FileDoesNotExist(_)) => {}
+                Err(e) => return Err(StoreError(e.to_string())),
+            }
+        }
+        if !broken.is_empty() {
+            return Err(StoreError(format!(
+                "copied index files fail their checksum: {}",
+                broken.join(", ")
+            )));
+        }
+        Ok(())
     }
 
     /// Waits for merges and stops the writer.

@@ -1,0 +1,291 @@
+//! Files of a copy that arrive after the index opens: a segment's positions and stored
+//! sections (three fifths of its bytes) are read only by the queries that touch them, so a
+//! cold replica answers once the rest is in and fetches them behind it. A read waits
+//! for every part it touches: a part being fetched is waited for, a part nobody fetches yet
+//! is fetched by the reader itself (through the import's [`PartFetch`]).
+//!
+//! Invariant: a byte of a deferred file is read only after its whole part was written and
+//! its fetch said so ([`DeferredFile::settle`]); parts are written once, in place, so a
+//! mapping of the file never sees a byte change after it is read.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use tantivy::HasLen;
+use tantivy::directory::{FileHandle, OwnedBytes};
+
+use super::{StoreError, StoreResult};
+
+/// Fetches part `part` of `file` and writes it ([`DeferredFile::write_part`]), blocking the
+/// calling thread until it is written or failed. Called off any async runtime's workers.
+pub type PartFetch = Arc<dyn Fn(&DeferredFile, usize) -> StoreResult<()> + Send + Sync>;
+
+/// The tantivy index file names whose bytes may arrive after the index opens: positions and
+/// stored sections, which only a search reads (by range, off any async runtime). Postings
+/// are not: bringing a copy to its snapshot looks documents up by path on the runtime.
+pub fn is_deferrable(name: &str) -> bool {
+    Path::new(name)
+        .extension()
+        .is_some_and(|e| e == "pos" || e == "store")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Missing,
+    Fetching,
+    Written,
+}
+
+/// One file of a copy whose parts arrive in any order, each written at its place.
+pub struct DeferredFile {
+    name: String,
+    size: u64,
+    part_bytes: u64,
+    file: std::fs::File,
+    parts: Mutex<Vec<Part>>,
+    settled: Condvar,
+    /// Every part written: reads skip the lock.
+    complete: AtomicBool,
+    fetch: PartFetch,
+}
+
+impl fmt::Debug for DeferredFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeferredFile")
+            .field("name", &self.name)
+            .field("size", &self.size)
+            .field("complete", &self.is_complete())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeferredFile {
+    pub(super) fn new(
+        name: &str,
+        size: u64,
+        part_bytes: u64,
+        file: std::fs::File,
+        fetch: PartFetch,
+    ) -> StoreResult<DeferredFile> {
+        if part_bytes == 0 {
+            return Err(StoreError(
+                "a deferred file needs parts of some size".into(),
+            ));
+        }
+        let count = usize::try_from(size.div_ceil(part_bytes).max(1))
+            .map_err(|_| StoreError(format!("{name:?} has too many parts")))?;
+        Ok(DeferredFile {
+            name: name.to_owned(),
+            size,
+            part_bytes,
+            file,
+            parts: Mutex::new(vec![Part::Missing; count]),
+            settled: Condvar::new(),
+            complete: AtomicBool::new(false),
+            fetch,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many parts the file has.
+    pub fn parts(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The bytes part `part` covers.
+    pub fn part_range(&self, part: usize) -> Range<u64> {
+        let start = (part as u64).saturating_mul(self.part_bytes).min(self.size);
+        start..start.saturating_add(self.part_bytes).min(self.size)
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.complete.load(Ordering::Acquire)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Part>> {
+        self.parts.lock().expect("deferred parts poisoned")
+    }
+
+    /// Takes part `part` to fetch: `false` when it is written or another fetch has it.
+    pub fn claim(&self, part: usize) -> bool {
+        let mut parts = self.lock();
+        match parts.get_mut(part) {
+            Some(state @ Part::Missing) => {
+                *state = Part::Fetching;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Writes the bytes of part `part` (exactly its length) at its place.
+    pub fn write_part(&self, part: usize, bytes: &[u8]) -> StoreResult<()> {
+        let range = self.part_range(part);
+        if part >= self.parts() || bytes.len() as u64 != range.end - range.start {
+            return Err(StoreError(format!(
+                "{} bytes are no part {part} of {:?}",
+                bytes.len(),
+                self.name
+            )));
+        }
+        Ok(super::copy::write_all_at(&self.file, bytes, range.start)?)
+    }
+
+    /// Ends the fetch of a claimed part: written, or missing again (a later read fetches it).
+    pub fn settle(&self, part: usize, written: bool) {
+        let mut parts = self.lock();
+        if let Some(state) = parts.get_mut(part) {
+            *state = if written {
+                Part::Written
+            } else {
+                Part::Missing
+            };
+        }
+        if parts.iter().all(|p| *p == Part::Written) {
+            self.complete.store(true, Ordering::Release);
+        }
+        drop(parts);
+        self.settled.notify_all();
+    }
+
+    /// Returns once every part holding a byte of `range` is written, fetching those nobody
+    /// fetches.
+    pub fn ensure(&self, range: Range<u64>) -> StoreResult<()> {
+        if self.is_complete() || range.start >= range.end {
+            return Ok(());
+        }
+        let first = range.start / self.part_bytes;
+        let last = (range.end - 1) / self.part_bytes;
+        for part in first..=last {
+            let part = usize::try_from(part).map_err(|_| StoreError("part out of range".into()))?;
+            self.ensure_part(part)?;
+        }
+        Ok(())
+    }
+
+    /// Every part written, fetching those nobody fetches.
+    pub fn ensure_all(&self) -> StoreResult<()> {
+        self.ensure(0..self.size)
+    }
+
+    fn ensure_part(&self, part: usize) -> StoreResult<()> {
+        let mut parts = self.lock();
+        loop {
+            match parts.get(part).copied() {
+                None => return Err(StoreError(format!("{:?} has no part {part}", self.name))),
+                Some(Part::Written) => return Ok(()),
+                Some(Part::Fetching) => {
+                    parts = self.settled.wait(parts).expect("deferred parts poisoned");
+                }
+                Some(Part::Missing) => {
+                    parts[part] = Part::Fetching;
+                    drop(parts);
+                    let fetched = (self.fetch)(self, part);
+                    self.settle(part, fetched.is_ok());
+                    return fetched;
+                }
+            }
+        }
+    }
+}
+
+/// A reader's handle on a deferred file: its bytes through the mapping of the file, once
+/// the parts a read touches are written.
+#[derive(Debug)]
+pub(super) struct DeferredHandle {
+    pub(super) file: Arc<DeferredFile>,
+    pub(super) mapped: Arc<dyn FileHandle>,
+}
+
+impl HasLen for DeferredHandle {
+    fn len(&self) -> usize {
+        self.mapped.len()
+    }
+}
+
+impl FileHandle for DeferredHandle {
+    fn read_bytes(&self, range: Range<usize>) -> std::io::Result<OwnedBytes> {
+        self.file
+            .ensure(range.start as u64..range.end as u64)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        self.mapped.read_bytes(range)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// A deferred file of `size` bytes in parts of 4, whose part `i` holds bytes `i`, and
+    /// whose fetches are counted (and fail while `failing` is set).
+    fn file(
+        dir: &tempfile::TempDir,
+        size: u64,
+    ) -> (Arc<DeferredFile>, Arc<AtomicUsize>, Arc<AtomicBool>) {
+        let (fetches, failing) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (counted, refused) = (fetches.clone(), failing.clone());
+        let fetch: PartFetch = Arc::new(move |file: &DeferredFile, part| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            if refused.load(Ordering::SeqCst) {
+                return Err(StoreError("the part cannot be had".into()));
+            }
+            let range = file.part_range(part);
+            file.write_part(part, &vec![part as u8; (range.end - range.start) as usize])
+        });
+        let path = dir.path().join("f.store");
+        let handle = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        handle.set_len(size).unwrap();
+        let file = DeferredFile::new("f.store", size, 4, handle, fetch).unwrap();
+        (Arc::new(file), fetches, failing)
+    }
+
+    #[test]
+    fn a_read_fetches_each_part_it_touches_once_and_a_failed_fetch_is_tried_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, fetches, failing) = file(&dir, 10);
+        assert_eq!(file.parts(), 3);
+        assert_eq!(file.part_range(2), 8..10);
+
+        // Parts 0 and 1, each fetched once however many readers wait for them.
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| file.ensure(3..5).unwrap());
+            }
+        });
+        assert_eq!(fetches.load(Ordering::SeqCst), 2);
+        assert!(!file.is_complete());
+        let bytes = std::fs::read(dir.path().join("f.store")).unwrap();
+        assert_eq!(&bytes[..8], &[0, 0, 0, 0, 1, 1, 1, 1]);
+
+        // A claimed part is left to its claimer; a failed fetch leaves it missing.
+        assert!(!file.claim(0));
+        failing.store(true, Ordering::SeqCst);
+        assert!(file.ensure(9..10).is_err());
+        failing.store(false, Ordering::SeqCst);
+        assert!(file.claim(2));
+        file.write_part(2, &[2, 2]).unwrap();
+        file.settle(2, true);
+        assert!(file.is_complete());
+        file.ensure_all().unwrap();
+        assert_eq!(fetches.load(Ordering::SeqCst), 3, "complete: nothing more");
+        assert!(
+            file.write_part(2, &[2]).is_err(),
+            "a part is its whole length"
+        );
+    }
+}
