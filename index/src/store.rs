@@ -442,17 +442,12 @@ impl SectionStore {
     pub fn verify_deferred(&self) -> StoreResult<()> {
         let mut broken = Vec::new();
         for file in &self.deferred {
-            let path = Path::new(file.name());
             // A merge may have replaced and deleted the file meanwhile: nothing reads it.
-            if !self.raw.exists(path).unwrap_or(false) {
+            if !self.raw.exists(Path::new(file.name())).unwrap_or(false) {
                 continue;
             }
-            file.ensure_all()?;
-            match self.index.directory().validate_checksum(path) {
-                Ok(true) => {}
-                Ok(false) => broken.push(file.name()),
-                Err(tantivy::directory::error::OpenReadError::FileDoesNotExist(_)) => {}
-                Err(e) => return Err(StoreError(e.to_string())),
+            if !file.checksum_ok()? {
+                broken.push(file.name());
             }
         }
         if !broken.is_empty() {

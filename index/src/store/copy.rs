@@ -92,6 +92,32 @@ pub(super) fn write_all_at(file: &std::fs::File, bytes: &[u8], offset: u64) -> s
     std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
 }
 
+#[cfg(unix)]
+pub(super) fn read_exact_at(
+    file: &std::fs::File,
+    into: &mut [u8],
+    offset: u64,
+) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, into, offset)
+}
+
+#[cfg(windows)]
+pub(super) fn read_exact_at(
+    file: &std::fs::File,
+    mut into: &mut [u8],
+    mut offset: u64,
+) -> std::io::Result<()> {
+    while !into.is_empty() {
+        let read = std::os::windows::fs::FileExt::seek_read(file, into, offset)?;
+        if read == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        into = &mut into[read..];
+        offset += read as u64;
+    }
+    Ok(())
+}
+
 #[cfg(windows)]
 pub(super) fn write_all_at(
     file: &std::fs::File,
@@ -241,9 +267,11 @@ fn check_name(name: &str) -> StoreResult<()> {
     Ok(())
 }
 
-/// A new file of `size` bytes (a hole until written), refused if it exists.
+/// A new file of `size` bytes (a hole until written), refused if it exists; readable too,
+/// so a deferred file's checksum is read through it.
 fn create_sized(path: &Path, size: u64) -> StoreResult<std::fs::File> {
     let file = std::fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .create_new(true)
         .open(path)?;
