@@ -259,6 +259,8 @@ impl Import {
     }
 }
 
+/// A copied file's name must be a plain index file name: no directory, no hidden file, not
+/// the `meta.json` the copy's manifest carries.
 fn check_name(name: &str) -> StoreResult<()> {
     if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') || name == "meta.json"
     {
