@@ -533,8 +533,13 @@ async fn main() {
     // replica's first body answer from it.
     let search = reader.body_search().clone();
     let exported = search.status().exports;
+    let asked = Instant::now();
     search.checkpointed(0);
     search.wait_until(|s| s.exports > exported).await;
+    println!(
+        "copy put {:.2} s after the checkpoint asked for it",
+        asked.elapsed().as_secs_f64()
+    );
     let cold = BucketStore::open(blobs.clone(), options(&cache("cold")))
         .await
         .expect("a cold replica");

@@ -8,7 +8,8 @@
 //!   object is created, never replaced.
 //! - **Written off the commit path**, by a replica with a built index after its compactor
 //!   wrote a checkpoint: parts first, the manifest last, so a manifest only names files that
-//!   are there.
+//!   are there. Only parts the bucket lacks are sent; files the replica put or took before
+//!   are named from memory, not read again.
 //! - **Never trusted**: every part must hash to its manifest entry and every file pass its
 //!   checksum; the documents of the copy are then compared, key by key, with the snapshot it
 //!   serves, and only those that agree are kept. A missing or damaged object costs a rebuild.
@@ -21,7 +22,7 @@
 //!   manifest names once it is older than the grace (a copy being written names its parts
 //!   only when done).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -65,7 +66,7 @@ struct Manifest {
     files: Vec<FileEntry>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct FileEntry {
     name: String,
     size: u64,
@@ -83,6 +84,10 @@ pub struct BucketShelf {
     /// [`PART_BYTES`] unless told otherwise; smaller in tests, so small files span parts.
     /// One world's copies must share it: a file's parts are keyed by its name and index alone.
     part_bytes: usize,
+    /// The files of the last copy this shelf put or took, by name: index file names are
+    /// unique and a file's bytes never change, so the next copy that names one whose parts
+    /// are all in the bucket reuses its entry instead of reading, hashing and sending it again.
+    known: std::sync::Mutex<HashMap<String, FileEntry>>,
 }
 
 fn failed(why: impl std::fmt::Display) -> Error {
@@ -103,6 +108,7 @@ impl BucketShelf {
             world: world.to_owned(),
             grace,
             part_bytes: PART_BYTES,
+            known: Default::default(),
         }
     }
 
@@ -113,6 +119,10 @@ impl BucketShelf {
     pub fn with_part_bytes(mut self, part_bytes: usize) -> Self {
         self.part_bytes = part_bytes.max(1);
         self
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, FileEntry>> {
+        self.known.lock().expect("shelf entries poisoned")
     }
 
     fn manifest_dir(&self) -> String {
@@ -291,8 +301,27 @@ async fn fetch_late(late: Vec<(Arc<DeferredFile>, Arc<LateParts>)>) -> Result<()
 #[async_trait]
 impl IndexShelf for BucketShelf {
     async fn put(&self, sequence: u64, store: Arc<SectionStore>, export: Export) -> Result<()> {
+        let started = tokio::time::Instant::now();
+        // What is in the bucket now: a file is reused, and a part sent, only by that.
+        let present: HashSet<String> =
+            quire_blob::list_all(self.blobs.as_ref(), &self.files_dir(), "")
+                .await
+                .map_err(failed)?
+                .into_iter()
+                .map(|a| a.key)
+                .collect();
+        let all_present = |entry: &FileEntry| {
+            (0..entry.parts.len()).all(|i| present.contains(&self.part_key(&entry.name, i)))
+        };
         let mut files = Vec::with_capacity(export.files.len());
+        let (mut reused, mut sent) = (0usize, 0usize);
         for name in &export.files {
+            let known = self.known().get(name).cloned();
+            if let Some(entry) = known.filter(|e| all_present(e)) {
+                files.push(entry);
+                reused += 1;
+                continue;
+            }
             // Off the runtime: a file of a copy still arriving waits for its parts.
             let (reading, named) = (store.clone(), name.clone());
             let bytes = tokio::task::spawn_blocking(move || reading.read(&named))
@@ -304,17 +333,33 @@ impl IndexShelf for BucketShelf {
             let count = bytes.len().div_ceil(size).max(1);
             let part = |i: usize| &bytes[i * size..((i + 1) * size).min(bytes.len())];
             let hashes = (0..count).map(|i| Hash::of(part(i)).to_hex()).collect();
-            futures::stream::iter(0..count)
+            let missing: Vec<usize> = (0..count)
+                .filter(|i| !present.contains(&self.part_key(name, *i)))
+                .collect();
+            sent += missing.len();
+            futures::stream::iter(missing)
                 .map(|i| self.create(self.part_key(name, i), Bytes::copy_from_slice(part(i))))
                 .buffer_unordered(PARALLEL)
                 .try_collect::<Vec<()>>()
                 .await?;
-            files.push(FileEntry {
+            let entry = FileEntry {
                 name: name.clone(),
                 size: bytes.len() as u64,
                 parts: hashes,
-            });
+            };
+            self.known().insert(name.clone(), entry.clone());
+            files.push(entry);
         }
+        // Files merged away since are named by no later copy of this index.
+        self.known()
+            .retain(|name, _| export.files.binary_search(name).is_ok());
+        tracing::info!(
+            files = files.len(),
+            reused,
+            parts_sent = sent,
+            put_ms = started.elapsed().as_millis() as u64,
+            "section index copy put"
+        );
         let manifest = Manifest {
             format: FORMAT,
             world: self.world.clone(),
@@ -429,6 +474,13 @@ impl IndexShelf for BucketShelf {
             "section index copy taken"
         );
         let rest = (!late.is_empty()).then(|| fetch_late(late).boxed());
+        // A later copy of this index names these files again: their parts are in the bucket,
+        // and each is checked against these entries before anything reads it.
+        *self.known() = manifest
+            .files
+            .into_iter()
+            .map(|f| (f.name.clone(), f))
+            .collect();
         Ok(Some(Taken {
             sequence: manifest.sequence,
             store,
@@ -655,5 +707,74 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    /// A copy whose files are in the bucket already sends none of them again: a replica that
+    /// put or took them names them from memory, and only a part gone from the bucket (or a
+    /// file it never saw) is read, hashed and sent.
+    #[tokio::test]
+    async fn a_copy_sends_only_the_parts_the_bucket_lacks() {
+        use quire_blob::{Op, Simulated};
+        let memory = Arc::new(MemoryStore::new());
+        let blobs = Arc::new(Simulated::new(memory.clone(), 0));
+        let parts_sent = blobs.calls(&[Op::Create], "w/search/v1/files/");
+        let shelf =
+            BucketShelf::new(blobs.clone(), "w/", "world", Duration::ZERO).with_part_bytes(64);
+        let original = store(40);
+        let export = original.export().unwrap();
+        shelf
+            .put(7, original.clone(), export.clone())
+            .await
+            .unwrap();
+        let all = parts_sent.count();
+        assert!(all > 4 * export.files.len() as u64, "{all} parts");
+
+        shelf
+            .put(8, original.clone(), export.clone())
+            .await
+            .unwrap();
+        assert_eq!(parts_sent.count(), all, "nothing sent again");
+
+        // One part gone from the bucket: that part alone is sent again.
+        let gone = quire_blob::list_all(memory.as_ref(), &shelf.files_dir(), "")
+            .await
+            .unwrap()
+            .swap_remove(3);
+        memory.delete(&gone.key, &gone.generation).await.unwrap();
+        shelf
+            .put(9, original.clone(), export.clone())
+            .await
+            .unwrap();
+        assert_eq!(parts_sent.count(), all + 1);
+
+        // A replica that took the copy names its files from the manifest.
+        let cold =
+            BucketShelf::new(blobs.clone(), "w/", "world", Duration::ZERO).with_part_bytes(64);
+        let taken = cold
+            .take(Import::new(None).unwrap(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let copy = Arc::new(taken.store);
+        cold.put(10, copy.clone(), copy.export().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(parts_sent.count(), all + 1, "the taken copy sends nothing");
+        let manifest = |sequence| {
+            let key = shelf.manifest_key(sequence);
+            let memory = memory.clone();
+            async move {
+                let found = memory.get(&key).await.unwrap();
+                serde_json::from_slice::<Manifest>(&found.data)
+                    .unwrap()
+                    .files
+            }
+        };
+        let (first, last) = (manifest(7).await, manifest(10).await);
+        assert_eq!(
+            serde_json::to_string(&first).unwrap(),
+            serde_json::to_string(&last).unwrap(),
+            "the same files, sizes and part hashes"
+        );
     }
 }
