@@ -17,8 +17,10 @@
 //!   file-backed and the kernel may reclaim them);
 //! - the index's bytes on disk against the bodies' bytes;
 //! - the first body answer on a third, cold replica when the bucket holds a copy of the
-//!   index (put by the second replica as after a checkpoint), with the phases of the copy's
-//!   download logged at info (`RUST_LOG` overrides);
+//!   index (put by the second replica as after a checkpoint, and how long that put took),
+//!   with the phases of the copy's download logged at info (`RUST_LOG` overrides); when the
+//!   second replica itself started from a copy, how long after its first answer the copy's
+//!   positions and stored sections were all in (the warm figures wait for that);
 //! - p50/p99 latency of 1-, 2- and 3-term queries and of two-word phrases (`Q` each), at a
 //!   limit of 1000 (the most the server asks) and of 10 (the default limit, what the server
 //!   asks first), and the process's CPU time per query (what the latency is on an idle core);
