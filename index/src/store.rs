@@ -33,8 +33,9 @@
 //! is held, whatever the writer commits or merges meanwhile.
 //!
 //! The rows a search keeps are in `store/kept.rs`, the walk over one segment's postings in
-//! `store/walk.rs`, the naming and checking of the kept rows in `store/resolve.rs`, and
-//! copies of a commit (export and import) in `store/copy.rs`.
+//! `store/walk.rs`, the naming and checking of the kept rows in `store/resolve.rs`, copies
+//! of a commit (export and import) in `store/copy.rs`, and the files of a copy that arrive
+//! after it opens in `store/deferred.rs`.
 
 use std::fmt;
 use std::path::Path;

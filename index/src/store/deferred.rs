@@ -1,6 +1,7 @@
 //! Files of a copy that arrive after the index opens: a segment's positions and stored
-//! sections (three fifths of its bytes) are read only by the queries that touch them, so a
-//! cold replica answers once the rest is in and fetches them behind it. A read waits
+//! sections (three fifths of its bytes) are read by range, only by the searches that touch
+//! them (and whole by merges and copies), so a cold replica answers once the rest is in and
+//! fetches them behind it. A read waits
 //! for every part it touches: a part being fetched is waited for, a part nobody fetches yet
 //! is fetched by the reader itself (through the import's [`PartFetch`]).
 //!
@@ -24,8 +25,9 @@ use super::{StoreError, StoreResult};
 pub type PartFetch = Arc<dyn Fn(&DeferredFile, usize) -> StoreResult<()> + Send + Sync>;
 
 /// The tantivy index file names whose bytes may arrive after the index opens: positions and
-/// stored sections, which only a search reads (by range, off any async runtime). Postings
-/// are not: bringing a copy to its snapshot looks documents up by path on the runtime.
+/// stored sections, which only searches, merges and copies read, all off async runtimes'
+/// workers. Postings are not: bringing a copy to its snapshot looks documents up by path on
+/// the runtime.
 pub fn is_deferrable(name: &str) -> bool {
     Path::new(name)
         .extension()
