@@ -463,11 +463,19 @@ struct Stored {
     /// Removed (with the files) when the index is dropped.
     _dir: Option<tempfile::TempDir>,
     last_fold: Instant,
-    /// The sequence of the copy it was taken from while some of its files still arrive,
-    /// cancelled if one proves damaged (see [`Stored::arrive`]).
-    late: Option<(u64, CancellationToken)>,
-    /// Stops the arrival of the late files when the index is dropped.
-    _arriving: Option<tokio_util::sync::DropGuard>,
+    /// The late files of the copy it was taken from, while they arrive (see
+    /// [`Stored::arrive`]).
+    late: Option<Arrival>,
+}
+
+/// The arrival of a copy's late files in the background.
+struct Arrival {
+    /// The sequence of the copy.
+    sequence: u64,
+    /// Cancelled once a late file proves damaged.
+    damaged: CancellationToken,
+    /// Stops the arrival when the index is dropped.
+    _stop: tokio_util::sync::DropGuard,
 }
 
 impl Stored {
@@ -477,7 +485,6 @@ impl Stored {
             _dir: dir,
             last_fold: Instant::now(),
             late: None,
-            _arriving: None,
         }
     }
 
@@ -513,15 +520,18 @@ impl Stored {
                 }
             }
         });
-        self.late = Some((sequence, damaged));
-        self._arriving = Some(stop.drop_guard());
+        self.late = Some(Arrival {
+            sequence,
+            damaged,
+            _stop: stop.drop_guard(),
+        });
     }
 
     /// The sequence of the copy it was taken from, once that proved damaged.
     fn damaged_copy(&self) -> Option<u64> {
         self.late
             .as_ref()
-            .and_then(|(sequence, damaged)| damaged.is_cancelled().then_some(*sequence))
+            .and_then(|late| late.damaged.is_cancelled().then_some(late.sequence))
     }
 }
 
@@ -554,10 +564,9 @@ fn fresh_dir(
 
 /// The index of `state` from the newest copy on the shelf: downloaded, verified, compared
 /// with `state` document by document, and brought to it by reading only the bodies that
-/// differ. `None` when the shelf holds no usable copy (or only the `refused` one).
+/// differ. `None` when the shelf holds no usable copy (or only one found damaged before).
 async fn download(
     inner: &SearchInner,
-    refused: Option<u64>,
     shelf: &Arc<dyn IndexShelf>,
     source: &dyn SnapshotSource,
     state: &WorldState,
@@ -575,6 +584,7 @@ async fn download(
         tokio::task::spawn_blocking(move || state_digests(&live, &wanted))
     };
     let _stop_digests = wanted.drop_guard();
+    let refused = *inner.refused_copy.lock().expect("search lock poisoned");
     let (store, late) = match shelf.take(import, refused).await {
         Ok(Some(taken)) => (
             Arc::new(taken.store),
@@ -754,9 +764,8 @@ async fn first(
     source: &dyn SnapshotSource,
     state: &WorldState,
 ) -> std::result::Result<(Stored, IndexVersion), StoreError> {
-    let refused = *inner.refused_copy.lock().expect("search lock poisoned");
     if let Some(shelf) = &inner.shelf
-        && let Some(found) = download(inner, refused, shelf, source, state).await?
+        && let Some(found) = download(inner, shelf, source, state).await?
     {
         inner.published.send_modify(|p| p.status.downloads += 1);
         return Ok(found);
@@ -874,7 +883,7 @@ async fn work(inner: Arc<SearchInner>, source: Weak<dyn SnapshotSource>) {
                 }
                 let damaged = stored
                     .as_ref()
-                    .and_then(|s| s.late.as_ref().map(|(_, damaged)| damaged.clone()))
+                    .and_then(|s| s.late.as_ref().map(|late| late.damaged.clone()))
                     .unwrap_or_default();
                 tokio::select! {
                     () = inner.stop.cancelled() => {}

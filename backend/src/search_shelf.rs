@@ -569,6 +569,16 @@ mod tests {
         Arc::new(store)
     }
 
+    /// The newest copy on `shelf`, taken into files in `dir` (so its late files arrive after
+    /// it opens).
+    async fn take_into(shelf: &BucketShelf, dir: &tempfile::TempDir) -> Taken {
+        shelf
+            .take(Import::new(Some(dir.path())).unwrap(), None)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
     fn shelf(blobs: &Arc<MemoryStore>) -> BucketShelf {
         BucketShelf::new(blobs.clone(), "w/", "world", Duration::ZERO).with_part_bytes(64)
     }
@@ -631,11 +641,7 @@ mod tests {
         let refused = shelf.take(Import::new(None).unwrap(), None).await;
         assert!(refused.is_err(), "{refused:?}");
         let dir = tempfile::tempdir().unwrap();
-        let taken = shelf
-            .take(Import::new(Some(dir.path())).unwrap(), None)
-            .await
-            .unwrap()
-            .unwrap();
+        let taken = take_into(&shelf, &dir).await;
         let failed = taken.rest.unwrap().await;
         assert!(
             failed
@@ -682,11 +688,7 @@ mod tests {
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let taken = shelf
-            .take(Import::new(Some(dir.path())).unwrap(), None)
-            .await
-            .unwrap()
-            .unwrap();
+        let taken = take_into(&shelf, &dir).await;
         let copy = Arc::new(taken.store);
         // `rest` is not polled: every late part read below is fetched by the read itself.
         let rest = taken.rest.unwrap();

@@ -24,7 +24,8 @@
 //! Invariants: the section index answers only over documents the catalog of the **same**
 //! snapshot admits (live, in scope, passing the filters), so a body answer never mixes
 //! states; a base section whose path the delta changed is never a row; neither index reads
-//! the bucket — callers hand them bodies and catalog records.
+//! the bucket — callers hand them bodies and catalog records, and the parts of a copy's late
+//! files through a fetch of their own ([`store::PartFetch`]).
 
 pub mod body;
 pub mod catalog;
