@@ -30,7 +30,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use quire_blob::BlobStore;
-use quire_index::{DeferredFile, Export, Import, ImportFile, PartFetch, SectionStore};
+use quire_index::{DeferredFile, Export, Import, ImportFile, PartClaim, PartFetch, SectionStore};
 use quire_log::Hash;
 use serde::{Deserialize, Serialize};
 
@@ -53,7 +53,7 @@ enum Fetch {
     /// Part of a file that comes whole: key, hash, the file, offset, length.
     Whole(String, String, Arc<ImportFile>, u64, usize),
     /// A claimed part of a late file.
-    Late(Arc<DeferredFile>, Arc<LateParts>, usize),
+    Late(PartClaim, Arc<LateParts>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -235,19 +235,17 @@ impl LateParts {
         Ok((key, hash, found.data))
     }
 
-    /// Fetches a claimed part into `file` (checked and written on the blocking pool) and
-    /// settles it.
-    async fn fetch_into(&self, file: Arc<DeferredFile>, part: usize) -> Result<()> {
-        let fetched = async {
-            let (key, hash, data) = self.get(part).await?;
-            let into = file.clone();
-            tokio::task::spawn_blocking(move || write_late(&into, part, &key, &hash, &data))
-                .await
-                .map_err(failed)?
-        }
-        .await;
-        file.settle(part, fetched.is_ok());
-        fetched
+    /// Fetches a claimed part into its file (checked and written on the blocking pool). A
+    /// fetch that fails, or is dropped, leaves the part missing (its claim settles it).
+    async fn fetch_into(&self, claim: PartClaim) -> Result<()> {
+        let (key, hash, data) = self.get(claim.part()).await?;
+        tokio::task::spawn_blocking(move || {
+            write_late(claim.file(), claim.part(), &key, &hash, &data)?;
+            claim.written();
+            Ok(())
+        })
+        .await
+        .map_err(failed)?
     }
 
     /// What a read of `file` calls, off the runtime, for a part nobody fetches: the part is
@@ -288,10 +286,10 @@ async fn fetch_late(late: Vec<(Arc<DeferredFile>, Arc<LateParts>)>) -> Result<()
         .flat_map(|(file, parts)| (0..file.parts()).map(move |i| (file.clone(), parts.clone(), i)));
     futures::stream::iter(wanted)
         .map(|(file, parts, part)| async move {
-            if !file.claim(part) {
-                return Ok(());
+            match file.claim(part) {
+                Some(claim) => parts.fetch_into(claim).await,
+                None => Ok(()),
             }
-            parts.fetch_into(file, part).await
         })
         .buffer_unordered(PARALLEL)
         .try_collect::<()>()
@@ -422,9 +420,8 @@ impl IndexShelf for BucketShelf {
                 let file = into
                     .deferred_file(&entry.name, entry.size, size as u64, fetch)
                     .map_err(|e| damaged(&newest.key, e))?;
-                let last = file.parts() - 1;
-                if file.claim(last) {
-                    first.push(Fetch::Late(file.clone(), parts.clone(), last));
+                if let Some(claim) = file.claim(file.parts() - 1) {
+                    first.push(Fetch::Late(claim, parts.clone()));
                 }
                 late.push((file, parts));
                 continue;
@@ -449,7 +446,7 @@ impl IndexShelf for BucketShelf {
                     Fetch::Whole(key, hash, out, offset, len) => {
                         self.fetch_part(key, hash, out, offset, len).await
                     }
-                    Fetch::Late(file, parts, part) => parts.fetch_into(file, part).await,
+                    Fetch::Late(claim, parts) => parts.fetch_into(claim).await,
                 }
             })
             .buffer_unordered(PARALLEL)
@@ -778,5 +775,49 @@ mod tests {
             serde_json::to_string(&last).unwrap(),
             "the same files, sizes and part hashes"
         );
+    }
+
+    /// Parts the background download had taken when it was stopped (the index dropped, the
+    /// copy refused) are left to the readers: a read of them fetches them itself instead of
+    /// waiting for a fetch that will never end.
+    #[tokio::test]
+    async fn a_stopped_download_leaves_its_parts_to_the_readers() {
+        use quire_blob::{Op, Simulated};
+        let blobs = Arc::new(Simulated::new(Arc::new(MemoryStore::new()), 0));
+        let shelf =
+            BucketShelf::new(blobs.clone(), "w/", "world", Duration::ZERO).with_part_bytes(64);
+        let original = store(40);
+        let export = original.export().unwrap();
+        shelf
+            .put(7, original.clone(), export.clone())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let taken = take_into(&shelf, &dir).await;
+        let copy = Arc::new(taken.store);
+
+        // The download takes parts and waits on their reads; then it is stopped.
+        let hold = blobs.hold(Op::Get, "w/search/v1/files/");
+        let rest = tokio::spawn(taken.rest.unwrap());
+        hold.wait_held(1).await;
+        rest.abort();
+        assert!(rest.await.unwrap_err().is_cancelled());
+        hold.stop_catching();
+
+        for name in export.files {
+            let (reading, named) = (copy.clone(), name.clone());
+            let read = tokio::time::timeout(
+                Duration::from_secs(60),
+                tokio::task::spawn_blocking(move || reading.read(&named).unwrap()),
+            )
+            .await
+            .expect("no read waits for the stopped download")
+            .unwrap();
+            assert_eq!(
+                read.as_slice(),
+                original.read(&name).unwrap().as_slice(),
+                "{name}"
+            );
+        }
     }
 }

@@ -42,7 +42,7 @@ pub use query::{
     parse_time, validate_query_text,
 };
 pub use store::{
-    Base, DeferredFile, Export, Import, ImportFile, PartFetch, SectionStore, StoreError,
+    Base, DeferredFile, Export, Import, ImportFile, PartClaim, PartFetch, SectionStore, StoreError,
     is_deferrable,
 };
 pub use version::IndexVersion;

@@ -68,7 +68,7 @@ mod resolve;
 mod walk;
 mod words;
 pub use copy::{Export, Import, ImportFile};
-pub use deferred::{DeferredFile, PartFetch, is_deferrable};
+pub use deferred::{DeferredFile, PartClaim, PartFetch, is_deferrable};
 use kept::{Top, below, kept_for, text_only_bound};
 use resolve::in_order;
 use words::{WORDS_TOKENIZER, WordsTokenizer};

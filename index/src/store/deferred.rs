@@ -6,11 +6,13 @@
 //! is fetched by the reader itself (through the import's [`PartFetch`]).
 //!
 //! Invariant: a byte of a deferred file is read only after its whole part was written and
-//! its fetch said so ([`DeferredFile::settle`]); parts are written once, in place, so a
-//! mapping of the file never sees a byte change after it is read.
+//! its fetch said so ([`PartClaim::written`]); parts are written once, in place, so a
+//! mapping of the file never sees a byte change after it is read. A fetch that ends any
+//! other way (failed, cancelled, unwound) leaves its part missing again, so no reader waits
+//! for it forever.
 
 use std::fmt;
-use std::ops::Range;
+use std::ops::{Deref, Range};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -114,8 +116,13 @@ impl DeferredFile {
         self.parts.lock().expect("deferred parts poisoned")
     }
 
-    /// Takes part `part` to fetch: `false` when it is written or another fetch has it.
-    pub fn claim(&self, part: usize) -> bool {
+    /// Takes part `part` to fetch: `None` when it is written or another fetch has it.
+    pub fn claim(self: &Arc<Self>, part: usize) -> Option<PartClaim> {
+        PartClaim::take(self.clone(), part)
+    }
+
+    /// Marks a missing part as being fetched; `false` when it is not missing.
+    fn start(&self, part: usize) -> bool {
         let mut parts = self.lock();
         match parts.get_mut(part) {
             Some(state @ Part::Missing) => {
@@ -140,7 +147,7 @@ impl DeferredFile {
     }
 
     /// Ends the fetch of a claimed part: written, or missing again (a later read fetches it).
-    pub fn settle(&self, part: usize, written: bool) {
+    fn settle(&self, part: usize, written: bool) {
         let mut parts = self.lock();
         if let Some(state) = parts.get_mut(part) {
             *state = if written {
@@ -224,12 +231,67 @@ impl DeferredFile {
                 Some(Part::Missing) => {
                     parts[part] = Part::Fetching;
                     drop(parts);
-                    let fetched = (self.fetch)(self, part);
-                    self.settle(part, fetched.is_ok());
-                    return fetched;
+                    let claim = PartClaim {
+                        file: self,
+                        part,
+                        written: false,
+                    };
+                    (self.fetch)(self, part)?;
+                    claim.written();
+                    return Ok(());
                 }
             }
         }
+    }
+}
+
+/// A part taken to fetch (from an `Arc` of its file, or a borrow of it): settled written by
+/// [`PartClaim::written`], missing again when dropped otherwise.
+pub struct PartClaim<F: Deref<Target = DeferredFile> = Arc<DeferredFile>> {
+    file: F,
+    part: usize,
+    written: bool,
+}
+
+impl<F: Deref<Target = DeferredFile>> PartClaim<F> {
+    fn take(file: F, part: usize) -> Option<PartClaim<F>> {
+        // Built only once the part is taken: a claim dropped settles its part.
+        if !file.start(part) {
+            return None;
+        }
+        Some(PartClaim {
+            file,
+            part,
+            written: false,
+        })
+    }
+
+    pub fn file(&self) -> &DeferredFile {
+        &self.file
+    }
+
+    pub fn part(&self) -> usize {
+        self.part
+    }
+
+    /// Ends the fetch: the part was written whole ([`DeferredFile::write_part`]).
+    pub fn written(mut self) {
+        self.written = true;
+    }
+}
+
+impl<F: Deref<Target = DeferredFile>> Drop for PartClaim<F> {
+    fn drop(&mut self) {
+        self.file.settle(self.part, self.written);
+    }
+}
+
+impl<F: Deref<Target = DeferredFile>> fmt::Debug for PartClaim<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartClaim")
+            .field("file", &self.file.name)
+            .field("part", &self.part)
+            .finish()
     }
 }
 
@@ -311,13 +373,13 @@ mod tests {
         assert_eq!(&bytes[..8], &[0, 0, 0, 0, 1, 1, 1, 1]);
 
         // A claimed part is left to its claimer; a failed fetch leaves it missing.
-        assert!(!file.claim(0));
+        assert!(file.claim(0).is_none());
         failing.store(true, Ordering::SeqCst);
         assert!(file.ensure(9..10).is_err());
         failing.store(false, Ordering::SeqCst);
-        assert!(file.claim(2));
+        let claim = file.claim(2).unwrap();
         file.write_part(2, &[2, 2]).unwrap();
-        file.settle(2, true);
+        claim.written();
         assert!(file.is_complete());
         file.ensure_all().unwrap();
         assert_eq!(fetches.load(Ordering::SeqCst), 3, "complete: nothing more");
@@ -325,6 +387,23 @@ mod tests {
             file.write_part(2, &[2]).is_err(),
             "a part is its whole length"
         );
+    }
+
+    /// A fetch that ends without writing its part (failed, cancelled: its claim dropped)
+    /// leaves the part missing, and a reader waiting for it fetches it itself instead of
+    /// waiting forever.
+    #[test]
+    fn a_claim_dropped_unwritten_leaves_its_part_to_the_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, fetches, _) = file(&dir, 10);
+        let claim = file.claim(1).unwrap();
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| file.ensure(4..6));
+            drop(claim);
+            reader.join().unwrap().unwrap();
+        });
+        assert_eq!(fetches.load(Ordering::SeqCst), 1, "the reader fetched it");
+        assert!(file.claim(1).is_none(), "written");
     }
 
     /// A copy whose positions and stored sections arrive late opens, answers the
