@@ -23,7 +23,8 @@
 //!   positions and stored sections were all in (the warm figures wait for that);
 //! - p50/p99 latency of 1-, 2- and 3-term queries and of two-word phrases (`Q` each), at a
 //!   limit of 1000 (the most the server asks) and of 10 (the default limit, what the server
-//!   asks first), and the process's CPU time per query (what the latency is on an idle core);
+//!   asks first), and the process's CPU time per query (what the latency is on an idle core),
+//!   with the three slowest queries of each;
 //! - how long after a commit the write is searchable on its own replica and on a peer told
 //!   by a hint.
 //!
@@ -512,11 +513,18 @@ async fn main() {
                 let view = reader.open_view(&ctx).await.expect("a view");
                 let at = Instant::now();
                 let found = view.lookup(&ctx, &query).await.expect("a warm body answer");
-                times.push(at.elapsed());
+                times.push((at.elapsed(), text));
                 total_rows += found.len();
             }
             let cpu = cpu_seconds() - cpu_before;
             times.sort();
+            let slowest: Vec<String> = times
+                .iter()
+                .rev()
+                .take(3)
+                .map(|(took, text)| format!("{text} {:.1} ms", took.as_secs_f64() * 1e3))
+                .collect();
+            let times: Vec<Duration> = times.into_iter().map(|(took, _)| took).collect();
             println!(
                 "{label:8} limit {limit:4}: p50 {:7.2} ms  p99 {:7.2} ms  ({:.0} rows on average; {:.2} ms of CPU per query)",
                 percentile(&times, 0.5).as_secs_f64() * 1e3,
@@ -524,6 +532,8 @@ async fn main() {
                 total_rows as f64 / args.queries.max(1) as f64,
                 cpu * 1e3 / args.queries.max(1) as f64
             );
+            // Which queries make the tail, to look into.
+            println!("  slowest: {}", slowest.join(", "));
         }
     }
 

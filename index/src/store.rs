@@ -19,11 +19,14 @@
 //!   at a time, and a run stops once it holds the cap; a cut run that refusals leave short
 //!   makes the query ask again keeping more. A catalog answer is one candidate per document
 //!   (its first section). Postings are read in two passes: first the sections some term
-//!   meets in a trail or an entry (boosted, so they score highest; driven by the rarest
-//!   term's postings when those are shorter than the trail and entry lists), then the
-//!   sections only text meets — skipped when the kept rows all beat the best such a section
-//!   could score. Any section is skipped before its columns (or a phrase's positions) are
-//!   read when its best possible score misses the kept rows.
+//!   meets in a trail or an entry (boosted, so they score highest), then the sections only
+//!   text meets — skipped when the kept rows all beat the best such a section could score.
+//!   Segments are read smallest first. Each walk is driven by the shortest lists a row must
+//!   stand in: once the kept rows score high enough, a section missing a term in its trail
+//!   or entry (or entry alone) cannot reach them, so that term's other lists drive no walk,
+//!   and when every term must stand in its entry only catalog answers are read. Any section
+//!   is skipped before its columns (or a phrase's positions) are read when its best possible
+//!   score misses the kept rows.
 //! - **Commits** carry the sequence of the snapshot the index covers as their payload.
 //! - **Statistics** are tantivy's: a superseded or deleted section still counts in N, the mean
 //!   length and df until a merge drops it (as in any segment index); the match rule never
@@ -409,6 +412,7 @@ impl SectionStore {
             sequence,
             totals: Arc::default(),
             positions_read: Arc::default(),
+            sections_walked: Arc::default(),
         })
     }
 
@@ -482,6 +486,9 @@ pub struct Base {
     /// Sections whose phrase positions searches of this commit have read: the costly part
     /// of a phrase, which the bounds exist to spare.
     positions_read: Arc<AtomicU64>,
+    /// Sections the walks over postings of this commit's searches have stepped to: what
+    /// choosing the lists that drive a walk exists to spare.
+    sections_walked: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for Base {
@@ -576,6 +583,11 @@ impl Base {
     /// Sections whose phrase positions searches of this commit have read so far.
     pub fn positions_read(&self) -> u64 {
         self.positions_read.load(Ordering::Relaxed)
+    }
+
+    /// Sections the walks of searches of this commit have stepped to so far.
+    pub fn sections_walked(&self) -> u64 {
+        self.sections_walked.load(Ordering::Relaxed)
     }
 
     /// Live sections.
@@ -771,8 +783,13 @@ impl Base {
         let mut keep = kept_for(want);
         loop {
             let mut top = Top::new(keep);
+            // The smallest segments first: the rows they keep set a threshold that narrows
+            // the lists driving the walks of the big ones.
+            let mut order: Vec<(usize, &SegmentReader)> =
+                self.segments().iter().enumerate().collect();
+            order.sort_by_key(|(_, s)| s.max_doc());
             for pass in [Pass::Boosted, Pass::TextOnly] {
-                for (number, s) in self.segments().iter().enumerate() {
+                for &(number, s) in &order {
                     // A section of this segment met only in text scores at most this: once
                     // the kept rows all beat it, none of them can be among them.
                     if pass == Pass::TextOnly

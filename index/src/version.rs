@@ -718,6 +718,55 @@ mod tests_support {
         );
     }
 
+    /// Once the kept rows are catalog answers, a section missing the words in its entry
+    /// cannot reach them: later segments are walked by their entry lists alone (a word, a
+    /// phrase), or by the union of those (several words), not by every heading that holds
+    /// the words. Four segments of 100 documents: 20 tagged with both words (two sections
+    /// each, 40 sections), 80 with them in a heading and the text.
+    #[test]
+    fn rows_that_need_an_entry_walk_only_entry_lists_and_change_no_answer() {
+        let docs: Vec<Doc> = (0..400)
+            .map(|i| {
+                let (meta, body) = if i % 5 == 0 {
+                    (
+                        vec![("title", "Tagged"), ("tags", "hot topic")],
+                        "# Plain\n\nwords\n\n# More\n\nwords\n".to_owned(),
+                    )
+                } else {
+                    (
+                        vec![("title", "Plain")],
+                        format!("# Hot topic\n\nhot topic words {i}\n"),
+                    )
+                };
+                (leak(format!("/en/{i:03}.md")), meta, body)
+            })
+            .collect();
+        let built = build_in_segments(&docs, docs.len(), 100);
+        let base = built.2.base().unwrap().clone();
+        assert_eq!(base.segments().len(), 4);
+        for text in ["hot", "\"hot topic\"", "hot topic"] {
+            let before = base.sections_walked();
+            let got = same_as_oracle(&built, &[text], &[5], |q| q);
+            assert!(
+                got[0]
+                    .1
+                    .iter()
+                    .all(|m| m.section.as_ref().unwrap().anchor.is_empty())
+            );
+            // The first segment, kept rows unknown, is walked by its trail and entry lists
+            // (120 sections); each later one by its entry lists (40).
+            let walked = base.sections_walked() - before;
+            assert!(walked <= 120 + 3 * 40, "{text}: {walked} sections walked");
+        }
+        // Every row asked for: no kept rows narrow the walk, and the answers still agree.
+        same_as_oracle(
+            &built,
+            &["hot", "\"hot topic\"", "hot topic"],
+            &[0, 30],
+            |q| q,
+        );
+    }
+
     #[test]
     fn a_phrase_is_bounded_by_its_rarest_word_before_its_positions_are_read() {
         // Twenty sections hold the phrase three times in six words; a hundred later ones

@@ -2,7 +2,7 @@
 //! are named, the best of them with each segment's first ties of the worst kept in path
 //! order, and the bounds that let a section be passed over before its columns are read.
 
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 
 use tantivy::DocId;
 
@@ -84,11 +84,11 @@ pub(super) struct Top {
     keep: usize,
     /// A min-heap of the best.
     heap: BinaryHeap<std::cmp::Reverse<Candidate>>,
-    /// Per segment, candidates with the score of the heap's worst that did not fit in it: a
-    /// heap whose top is the one latest in path order.
-    ties: HashMap<u32, BinaryHeap<std::cmp::Reverse<Candidate>>>,
-    /// Segments some of whose ties at the worst score were left out.
-    cut: HashSet<u32>,
+    /// Per segment (by number), candidates with the score of the heap's worst that did not
+    /// fit in it: a heap whose top is the one latest in path order.
+    ties: Vec<BinaryHeap<std::cmp::Reverse<Candidate>>>,
+    /// Per segment, whether some of its ties at the worst score were left out.
+    cut: Vec<bool>,
     /// Whether a candidate was left out.
     pub(super) dropped: bool,
 }
@@ -98,8 +98,8 @@ impl Top {
         Top {
             keep,
             heap: BinaryHeap::new(),
-            ties: HashMap::new(),
-            cut: HashSet::new(),
+            ties: Vec::new(),
+            cut: Vec::new(),
             dropped: false,
         }
     }
@@ -124,23 +124,36 @@ impl Top {
                     self.tie(out);
                 } else {
                     self.dropped = true;
-                    self.ties.clear();
-                    self.cut.clear();
+                    self.ties.iter_mut().for_each(BinaryHeap::clear);
+                    self.cut.fill(false);
                 }
             }
         }
     }
 
+    /// Whether a candidate scoring `score` is surely left out (it scores less than the worst
+    /// of a full heap), so what only a kept one needs is not read; says it was left out.
+    pub(super) fn refuses(&mut self, score: f64) -> bool {
+        let refused = self.threshold().is_some_and(|worst| score < worst);
+        self.dropped |= refused;
+        refused
+    }
+
     /// Keeps `c`, which ties with the worst kept, when it is among its segment's first
     /// `keep` such in path order.
     fn tie(&mut self, c: Candidate) {
-        let ties = self.ties.entry(c.segment).or_default();
+        let segment = c.segment as usize;
+        if self.ties.len() <= segment {
+            self.ties.resize_with(segment + 1, BinaryHeap::new);
+            self.cut.resize(segment + 1, false);
+        }
+        let ties = &mut self.ties[segment];
         if ties.len() < self.keep {
             ties.push(std::cmp::Reverse(c));
             return;
         }
         self.dropped = true;
-        self.cut.insert(c.segment);
+        self.cut[segment] = true;
         // The heap's top (reversed) is the worst of the ties: the latest in path order.
         if ties.peek().is_some_and(|latest| c > latest.0) {
             ties.pop();
@@ -165,7 +178,10 @@ impl Top {
         let ends: HashMap<u32, Candidate> = self
             .cut
             .iter()
-            .filter_map(|s| Some((*s, self.ties.get(s)?.peek()?.0)))
+            .zip(&self.ties)
+            .filter(|(cut, _)| **cut)
+            .filter_map(|(_, ties)| Some(ties.peek()?.0))
+            .map(|end| (end.segment, end))
             .collect();
         let mut all: Vec<Candidate> = self
             .heap
@@ -176,7 +192,7 @@ impl Top {
                 !(after_end && Some(c.score) == worst)
             })
             .collect();
-        all.extend(self.ties.into_values().flatten().map(|c| c.0));
+        all.extend(self.ties.into_iter().flatten().map(|c| c.0));
         for c in &mut all {
             c.ends_cut_run = ends.get(&c.segment).is_some_and(|end| end == c);
         }

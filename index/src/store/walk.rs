@@ -75,6 +75,72 @@ fn best_score(met: &[Met], stats: &Ranking, loose: bool, len: u32) -> f64 {
     }
 }
 
+/// Where a term must meet a section for the section to reach the kept rows: anywhere, or
+/// (once the rows kept score high enough) in a trail or an entry, or in an entry alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reach {
+    Anywhere,
+    TrailOrEntry,
+    Entry,
+}
+
+impl Reach {
+    fn admits(self, kind: Kind) -> bool {
+        match self {
+            Reach::Anywhere => true,
+            Reach::TrailOrEntry => kind != Kind::Text,
+            Reach::Entry => kind == Kind::Entry,
+        }
+    }
+}
+
+/// Where a section of one pass must be met to reach the kept rows.
+struct Reaches {
+    /// Per term, where it must meet the section.
+    each: Vec<Reach>,
+    /// Where some term must meet it.
+    some: Reach,
+}
+
+/// Where a section of `pass` in a segment whose priors are at most `prior_bound` must be met
+/// to score `threshold` or more. A section some term misses in its entry is no catalog
+/// answer: it scores at most that term without its entry (or without its trail and entry)
+/// beside every other term at its best, and when no term meets its entry, every term at
+/// its best without one. Scores are bounded as [`best_score`] bounds them.
+fn reaches(stats: &Ranking, pass: Pass, prior_bound: f64, threshold: Option<f64>) -> Reaches {
+    let mut reaches = Reaches {
+        each: vec![Reach::Anywhere; stats.idf.len()],
+        some: match pass {
+            Pass::Boosted => Reach::TrailOrEntry,
+            Pass::TextOnly => Reach::Anywhere,
+        },
+    };
+    let (Pass::Boosted, Some(threshold)) = (pass, threshold) else {
+        return reaches;
+    };
+    let part = |idf: f64, trail: bool, entry: bool| {
+        term_score(idf, MAX_COUNT, trail, entry, 0, stats.average)
+    };
+    let misses = |score: f64| below(score * prior_bound, threshold);
+    for (i, idf) in stats.idf.iter().enumerate() {
+        let others: f64 = (stats.idf.iter().enumerate())
+            .filter(|(o, _)| *o != i)
+            .map(|(_, idf)| part(*idf, true, true))
+            .sum();
+        reaches.each[i] = if misses(others + part(*idf, true, false)) {
+            Reach::Entry
+        } else if misses(others + part(*idf, false, false)) {
+            Reach::TrailOrEntry
+        } else {
+            Reach::Anywhere
+        };
+    }
+    if misses(stats.idf.iter().map(|idf| part(*idf, true, false)).sum()) {
+        reaches.some = Reach::Entry;
+    }
+    reaches
+}
+
 fn record(m: &mut Met, list: &List) {
     match list.kind {
         Kind::Text => m.count = (m.count + list.postings.term_freq()).min(MAX_COUNT),
@@ -151,55 +217,69 @@ impl Base {
             })
             .collect();
         let mut positions: Vec<Vec<u32>> = Vec::new();
-        // Drive by the rarest group; every other group is asked about its documents.
-        let ((drive_term, drive_group), rarest) = needs
+        // Drive by the shortest of: a term's group (for a phrase, one word's) narrowed to
+        // the lists where the kept rows say it must meet a section, and the union of every
+        // list where some term must. The others are asked about the driver's sections.
+        let reach = reaches(stats, pass, prior_bound, out.threshold());
+        let cost = |lists: &[List], reach: Reach| -> u64 {
+            lists
+                .iter()
+                .filter(|l| reach.admits(l.kind))
+                .map(|l| u64::from(l.postings.doc_freq()))
+                .sum()
+        };
+        let ((drive_term, drive_group), narrowest) = needs
             .iter()
+            .zip(&reach.each)
             .enumerate()
-            .flat_map(|(i, n)| {
-                n.groups.iter().enumerate().map(move |(g, lists)| {
-                    (
-                        (i, g),
-                        lists
-                            .iter()
-                            .map(|l| u64::from(l.postings.doc_freq()))
-                            .sum::<u64>(),
-                    )
-                })
+            .flat_map(|(i, (n, reach))| {
+                n.groups
+                    .iter()
+                    .enumerate()
+                    .map(move |(g, lists)| ((i, g), cost(lists, *reach)))
             })
             .min_by_key(|(_, cost)| *cost)
             .unwrap_or(((0, 0), 0));
-        // The boosted pass reads the sections some term meets in a trail or an entry: the
-        // union of those lists, or, when the rarest group is shorter (a rare word beside a
-        // common one), that group, passing over its sections no trail or entry list holds.
-        let boosted_lists: u64 = needs
-            .iter()
-            .flat_map(|n| n.groups.iter().flatten())
-            .filter(|l| l.kind != Kind::Text)
-            .map(|l| u64::from(l.postings.doc_freq()))
-            .sum();
-        let by_rarest = pass == Pass::TextOnly || rarest < boosted_lists;
-        let (mut driver, drive) = if by_rarest {
+        // Every list of every group where some term must meet a section: in the boosted
+        // pass, at most the trail and entry lists.
+        let by_union = reach.some != Reach::Anywhere
+            && needs
+                .iter()
+                .flat_map(|n| &n.groups)
+                .map(|g| cost(g, reach.some))
+                .sum::<u64>()
+                < narrowest;
+        let (mut driver, drive) = if !by_union && reach.each[drive_term] == Reach::Anywhere {
             (
                 std::mem::take(&mut needs[drive_term].groups[drive_group]),
                 Some((drive_term, drive_group)),
             )
         } else {
-            // Every trail and entry list of every term, read apart from `needs`.
+            // Lists read apart from `needs`, which answers for every term.
             let mut lists = Vec::new();
             for (i, term) in terms.iter().enumerate() {
+                if !by_union && i != drive_term {
+                    continue;
+                }
                 let Some(need) = self.need(s, term, &expansions[i]) else {
                     return Ok(());
                 };
+                let admits = if by_union { reach.some } else { reach.each[i] };
                 lists.extend(
                     need.groups
                         .into_iter()
-                        .flatten()
-                        .filter(|l| l.kind != Kind::Text),
+                        .enumerate()
+                        .filter(|(g, _)| by_union || *g == drive_group)
+                        .flat_map(|(_, group)| group)
+                        .filter(|l| admits.admits(l.kind)),
                 );
             }
             (lists, None)
         };
         let single_word = matches!(terms, [Term::Word(_) | Term::Prefix(_)]);
+        // When every term must meet a section in its entry, only catalog answers reach the
+        // kept rows, and only a document's first section is one.
+        let only_catalog = reach.each.iter().all(|r| *r == Reach::Entry);
         // Per term, what it met (for a phrase, until its positions are read, the most they
         // could show: its words' `phrase_with`).
         let mut met = vec![Met::default(); terms.len()];
@@ -208,6 +288,7 @@ impl Base {
         let mut skip_to: DocId = 0;
         let phrased = phrases.iter().any(Option::is_some);
         let mut positions_read = 0;
+        let mut walked = 0;
         loop {
             if skip_to == TERMINATED {
                 break;
@@ -225,6 +306,7 @@ impl Base {
             if doc == TERMINATED {
                 break;
             }
+            walked += 1;
             let mut driven = Met::default();
             for list in driver.iter_mut() {
                 if list.postings.doc() == doc {
@@ -234,7 +316,9 @@ impl Base {
             }
             // One word met in an entry makes a catalog answer, whose only candidate is its
             // document's first section: the others are passed over before any list is asked.
-            if single_word && driven.entry && columns.numbers.first(doc) != Some(0) {
+            if (only_catalog || single_word && driven.entry)
+                && columns.numbers.first(doc) != Some(0)
+            {
                 continue;
             }
             if s.is_deleted(doc) {
@@ -263,20 +347,27 @@ impl Base {
                     if drive == Some((i, g)) {
                         continue;
                     }
-                    let mut any = false;
+                    // Whether a list where the term must meet the section holds it.
+                    let mut reached = false;
                     let mut word = Met::default();
-                    for list in lists.iter_mut() {
+                    // A catalog answer's score is its entry terms': nothing else is asked.
+                    for list in lists
+                        .iter_mut()
+                        .filter(|l| !only_catalog || l.kind == Kind::Entry)
+                    {
                         if at(list, doc) {
-                            any = true;
+                            reached |= reach.each[i].admits(list.kind);
                             record(&mut word, list);
                         }
                     }
                     boosted |= word.trail || word.entry;
                     m = m.phrase_with(word);
-                    if !any {
-                        // Each list now stands past `doc`: the group's next section.
+                    if !reached {
+                        // Each list it must be met in now stands past `doc`: the next
+                        // section that can be a row.
                         skip_to = lists
                             .iter()
+                            .filter(|l| reach.each[i].admits(l.kind))
                             .map(|l| l.postings.doc())
                             .min()
                             .unwrap_or(TERMINATED);
@@ -325,10 +416,17 @@ impl Base {
                         .as_mut()
                         .map_or(0, |l| phrase_at(l, doc, &mut positions))
                 };
-                let m = Met {
-                    count: count(text).min(MAX_COUNT),
-                    trail: count(trail) > 0,
-                    entry: count(entry) > 0,
+                let m = if only_catalog {
+                    Met {
+                        entry: count(entry) > 0,
+                        ..Met::default()
+                    }
+                } else {
+                    Met {
+                        count: count(text).min(MAX_COUNT),
+                        trail: count(trail) > 0,
+                        entry: count(entry) > 0,
+                    }
                 };
                 gone |= m.count == 0 && !m.trail && !m.entry;
                 met[i] = m;
@@ -355,6 +453,10 @@ impl Base {
                 }
                 let prior = priors.first(doc).unwrap_or(1.0);
                 let raw = catalog_score(&stats.idf);
+                // Its path is read only for a candidate kept.
+                if out.refuses(raw * prior) {
+                    continue;
+                }
                 out.push(Candidate {
                     score: raw * prior,
                     raw,
@@ -376,6 +478,9 @@ impl Base {
                 .zip(&stats.idf)
                 .map(|(m, idf)| term_score(*idf, m.count, m.trail, m.entry, len, stats.average))
                 .sum::<f64>();
+            if out.refuses(raw * prior) {
+                continue;
+            }
             out.push(Candidate {
                 score: raw * prior,
                 raw,
@@ -388,6 +493,7 @@ impl Base {
         }
         self.positions_read
             .fetch_add(positions_read, Ordering::Relaxed);
+        self.sections_walked.fetch_add(walked, Ordering::Relaxed);
         Ok(())
     }
 }
