@@ -20,8 +20,9 @@
 //!   makes the query ask again keeping more. A catalog answer is one candidate per document
 //!   (its first section). Postings are read in two passes: first the sections some term
 //!   meets in a trail or an entry (boosted, so they score highest), then the sections only
-//!   text meets — skipped when the kept rows all beat the best such a section could score.
-//!   Segments are read smallest first. Each walk is driven by the shortest lists a row must
+//!   text meets — skipped when the kept rows all beat the best such a section could score,
+//!   and read during the first pass when that walks all of a term's sections anyway and the
+//!   kept rows do not yet beat them. Segments are read smallest first. Each walk is driven by the shortest lists a row must
 //!   stand in: once the kept rows score high enough, a section missing a term in its trail
 //!   or entry (or entry alone) cannot reach them, so that term's other lists drive no walk,
 //!   and when every term must stand in its entry only catalog answers are read. Any section
@@ -788,22 +789,26 @@ impl Base {
             let mut order: Vec<(usize, &SegmentReader)> =
                 self.segments().iter().enumerate().collect();
             order.sort_by_key(|(_, s)| s.max_doc());
+            // Segments whose text-only sections were read with their boosted ones.
+            let mut text_read = vec![false; order.len()];
             for pass in [Pass::Boosted, Pass::TextOnly] {
                 for &(number, s) in &order {
                     // A section of this segment met only in text scores at most this: once
                     // the kept rows all beat it, none of them can be among them.
-                    if pass == Pass::TextOnly
-                        && top.threshold().is_some_and(|t| {
-                            below(
-                                text_only_bound(stats, self.columns[number].prior_bound()),
-                                t,
-                            )
-                        })
-                    {
+                    let text_misses = top.threshold().is_some_and(|t| {
+                        below(
+                            text_only_bound(stats, self.columns[number].prior_bound()),
+                            t,
+                        )
+                    });
+                    if pass == Pass::TextOnly && text_read[number] {
+                        continue;
+                    }
+                    if pass == Pass::TextOnly && text_misses {
                         top.dropped = true;
                         continue;
                     }
-                    self.segment_candidates(
+                    text_read[number] = self.segment_candidates(
                         number as u32,
                         s,
                         terms,
@@ -811,6 +816,7 @@ impl Base {
                         stats,
                         scope,
                         pass,
+                        pass == Pass::Boosted && !text_misses,
                         &mut top,
                     )?;
                 }

@@ -171,6 +171,9 @@ impl Met {
 }
 
 impl Base {
+    /// Offers `out` the sections of segment `number` that `pass` reads and `terms` meet, in
+    /// `scope`. With `text_too`, a boosted pass may read the text-only sections as well;
+    /// returns whether the segment's text-only sections were read (or none can be a row).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn segment_candidates(
         &self,
@@ -181,13 +184,14 @@ impl Base {
         stats: &Ranking,
         scope: &str,
         pass: Pass,
+        text_too: bool,
         out: &mut Top,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         let mut needs = Vec::with_capacity(terms.len());
         for (i, term) in terms.iter().enumerate() {
             match self.need(s, term, &expansions[i]) {
                 Some(need) => needs.push(need),
-                None => return Ok(()),
+                None => return Ok(true),
             }
         }
         let mut scope_list = if scope == "/" {
@@ -197,7 +201,7 @@ impl Base {
             let term = TantivyTerm::from_field_text(self.fields.dirs, scope);
             match inv.read_postings(&term, IndexRecordOption::Basic)? {
                 Some(p) => Some(p),
-                None => return Ok(()),
+                None => return Ok(true),
             }
         };
         let columns = &self.columns[number as usize];
@@ -262,7 +266,7 @@ impl Base {
                     continue;
                 }
                 let Some(need) = self.need(s, term, &expansions[i]) else {
-                    return Ok(());
+                    return Ok(true);
                 };
                 let admits = if by_union { reach.some } else { reach.each[i] };
                 lists.extend(
@@ -276,6 +280,10 @@ impl Base {
             }
             (lists, None)
         };
+        // A boosted pass driven by a whole group steps to that term's text-only sections
+        // too: when those may still reach the kept rows, they are read on the way rather
+        // than by walking the same lists again.
+        let both = text_too && drive.is_some();
         let single_word = matches!(terms, [Term::Word(_) | Term::Prefix(_)]);
         // When every term must meet a section in its entry, only catalog answers reach the
         // kept rows, and only a document's first section is one.
@@ -388,7 +396,7 @@ impl Base {
             if drive.is_some() {
                 boosted |= driven.trail || driven.entry;
             }
-            if boosted != (pass == Pass::Boosted) {
+            if !both && boosted != (pass == Pass::Boosted) {
                 continue;
             }
             // Before positions are read, the same bound with each phrase's words for the
@@ -494,6 +502,6 @@ impl Base {
         self.positions_read
             .fetch_add(positions_read, Ordering::Relaxed);
         self.sections_walked.fetch_add(walked, Ordering::Relaxed);
-        Ok(())
+        Ok(both)
     }
 }
