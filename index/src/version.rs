@@ -936,3 +936,86 @@ mod copy_tests {
         dir
     }
 }
+
+#[cfg(test)]
+mod random_tests {
+    use proptest::prelude::*;
+
+    use super::tests_support::*;
+    use crate::CatalogQuery;
+
+    /// Words drawn skewed, so some are common (in most sections, headings and titles) and
+    /// some rare: the kept rows then narrow the lists that drive a walk in every way.
+    const WORDS: [&str; 6] = ["alp", "bet", "gam", "del", "eps", "zet"];
+
+    fn word() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 3, 4, 5]).prop_map(|i| WORDS[i])
+    }
+
+    /// One document: its sections' headings and texts, its title and importance.
+    fn doc() -> impl Strategy<
+        Value = (
+            Vec<(Vec<&'static str>, Vec<&'static str>)>,
+            Vec<&'static str>,
+            usize,
+        ),
+    > {
+        (
+            prop::collection::vec(
+                (
+                    prop::collection::vec(word(), 0..3),
+                    prop::collection::vec(word(), 1..9),
+                ),
+                1..4,
+            ),
+            prop::collection::vec(word(), 0..3),
+            0..3usize,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Worlds of skewed words in three segments: every query of one to three words or a
+        /// phrase, at every cap, answers as the memory index does.
+        #[test]
+        fn random_worlds_answer_as_the_memory_index(
+            drawn in prop::collection::vec(doc(), 30..90),
+        ) {
+            let docs: Vec<Doc> = drawn
+                .iter()
+                .enumerate()
+                .map(|(i, (sections, title, importance))| {
+                    let mut body = String::new();
+                    for (heading, text) in sections {
+                        if !heading.is_empty() {
+                            body.push_str(&format!("# {}\n\n", heading.join(" ")));
+                        }
+                        body.push_str(&format!("{}\n\n", text.join(" ")));
+                    }
+                    let mut meta = vec![("importance", ["0.2", "0.5", "1"][*importance])];
+                    if !title.is_empty() {
+                        meta.push(("title", leak(title.join(" "))));
+                        meta.push(("tags", title[0]));
+                    }
+                    (leak(format!("/r/{:03}.md", (i * 37) % 1000)), meta, body)
+                })
+                .collect();
+            let (oracle, catalog, version) =
+                build_in_segments(&docs, docs.len(), docs.len() / 3 + 1);
+            for text in [
+                "alp", "bet", "zet", "alp bet", "bet gam", "alp del", "alp bet gam",
+                "bet del eps", "\"alp bet\"", "\"alp alp\"", "\"bet alp\" gam", "al*",
+            ] {
+                for max in [1, 4, 12, 0] {
+                    let q = CatalogQuery::new(text).max(max);
+                    prop_assert_eq!(
+                        version.lookup(&q, &catalog).unwrap(),
+                        oracle.lookup(&q, &catalog),
+                        "{:?}", q
+                    );
+                }
+            }
+        }
+    }
+}

@@ -98,24 +98,70 @@ impl Reach {
 struct Reaches {
     /// Per term, where it must meet the section.
     each: Vec<Reach>,
-    /// Where some term must meet it.
-    some: Reach,
+    /// The shortest union of lists one of which holds every section that may reach the
+    /// kept rows, if any does.
+    union: Option<Union>,
 }
 
+/// Lists of one kind (trail and entry, or entry) of some terms.
+struct Union {
+    kind: Reach,
+    /// Per term, whether its lists are in the union.
+    terms: Vec<bool>,
+    /// Their summed lengths.
+    cost: u64,
+}
+
+/// The lengths of one term's lists in a segment.
+#[derive(Clone, Copy)]
+struct Lengths {
+    trail_or_entry: u64,
+    entry: u64,
+}
+
+/// Beyond this many terms, no term is spared from a union (the sets tried double per term).
+const MAX_SPARED_TERMS: usize = 12;
+
 /// Where a section of `pass` in a segment whose priors are at most `prior_bound` must be met
-/// to score `threshold` or more. A section some term misses in its entry is no catalog
-/// answer: it scores at most that term without its entry (or without its trail and entry)
-/// beside every other term at its best, and when no term meets its entry, every term at
-/// its best without one. Scores are bounded as [`best_score`] bounds them.
-fn reaches(stats: &Ranking, pass: Pass, prior_bound: f64, threshold: Option<f64>) -> Reaches {
+/// to score `threshold` or more, given each term's list `lengths`. Scores are bounded as
+/// [`best_score`] bounds them.
+///
+/// A section some term misses in its entry is no catalog answer: it scores at most that
+/// term without its entry (or without its trail and entry) beside every other term at its
+/// best. A section whose trail and entry (or entry) meet only the terms of a set scores at
+/// most those at their best beside the others' text (or text and trail) at its best: when
+/// that misses the kept rows, every section that may reach them is in another term's such
+/// lists, and the set is spared from their union. Every section of the boosted pass is in
+/// some term's trail or entry lists.
+fn reaches(
+    stats: &Ranking,
+    pass: Pass,
+    prior_bound: f64,
+    threshold: Option<f64>,
+    lengths: &[Lengths],
+) -> Reaches {
+    let terms = stats.idf.len();
+    let every = vec![true; terms];
     let mut reaches = Reaches {
-        each: vec![Reach::Anywhere; stats.idf.len()],
-        some: match pass {
-            Pass::Boosted => Reach::TrailOrEntry,
-            Pass::TextOnly => Reach::Anywhere,
-        },
+        each: vec![Reach::Anywhere; terms],
+        union: None,
     };
-    let (Pass::Boosted, Some(threshold)) = (pass, threshold) else {
+    if pass == Pass::TextOnly {
+        return reaches;
+    }
+    let union = |kind: Reach, read: &[bool]| Union {
+        kind,
+        terms: read.to_vec(),
+        cost: (lengths.iter().zip(read))
+            .filter(|(_, read)| **read)
+            .map(|(l, _)| match kind {
+                Reach::Entry => l.entry,
+                _ => l.trail_or_entry,
+            })
+            .sum(),
+    };
+    reaches.union = Some(union(Reach::TrailOrEntry, &every));
+    let Some(threshold) = threshold else {
         return reaches;
     };
     let part = |idf: f64, trail: bool, entry: bool| {
@@ -135,8 +181,35 @@ fn reaches(stats: &Ranking, pass: Pass, prior_bound: f64, threshold: Option<f64>
             Reach::Anywhere
         };
     }
-    if misses(stats.idf.iter().map(|idf| part(*idf, true, false)).sum()) {
-        reaches.some = Reach::Entry;
+    let sets: u32 = if terms <= MAX_SPARED_TERMS {
+        1 << terms
+    } else {
+        1
+    };
+    for kind in [Reach::TrailOrEntry, Reach::Entry] {
+        for spared in 0..sets {
+            let read: Vec<bool> = (0..terms).map(|i| spared >> i & 1 == 0).collect();
+            let best: f64 = (stats.idf.iter().zip(&read))
+                .map(|(idf, read)| match (read, kind) {
+                    (false, _) => part(*idf, true, true),
+                    (true, Reach::Entry) => part(*idf, true, false),
+                    (true, _) => part(*idf, false, false),
+                })
+                .sum();
+            // The boosted pass needs no bound to read trail and entry lists alone.
+            let whole_boosted = kind == Reach::TrailOrEntry && spared == 0;
+            if !whole_boosted && !misses(best) {
+                continue;
+            }
+            let candidate = union(kind, &read);
+            if reaches
+                .union
+                .as_ref()
+                .is_none_or(|u| candidate.cost < u.cost)
+            {
+                reaches.union = Some(candidate);
+            }
+        }
     }
     reaches
 }
@@ -222,9 +295,9 @@ impl Base {
             .collect();
         let mut positions: Vec<Vec<u32>> = Vec::new();
         // Drive by the shortest of: a term's group (for a phrase, one word's) narrowed to
-        // the lists where the kept rows say it must meet a section, and the union of every
-        // list where some term must. The others are asked about the driver's sections.
-        let reach = reaches(stats, pass, prior_bound, out.threshold());
+        // the lists where the kept rows say it must meet a section, and the shortest union
+        // holding every section that may reach them. The others are asked about the
+        // driver's sections.
         let cost = |lists: &[List], reach: Reach| -> u64 {
             lists
                 .iter()
@@ -232,6 +305,14 @@ impl Base {
                 .map(|l| u64::from(l.postings.doc_freq()))
                 .sum()
         };
+        let lengths: Vec<Lengths> = needs
+            .iter()
+            .map(|n| Lengths {
+                trail_or_entry: n.groups.iter().map(|g| cost(g, Reach::TrailOrEntry)).sum(),
+                entry: n.groups.iter().map(|g| cost(g, Reach::Entry)).sum(),
+            })
+            .collect();
+        let reach = reaches(stats, pass, prior_bound, out.threshold(), &lengths);
         let ((drive_term, drive_group), narrowest) = needs
             .iter()
             .zip(&reach.each)
@@ -244,16 +325,8 @@ impl Base {
             })
             .min_by_key(|(_, cost)| *cost)
             .unwrap_or(((0, 0), 0));
-        // Every list of every group where some term must meet a section: in the boosted
-        // pass, at most the trail and entry lists.
-        let by_union = reach.some != Reach::Anywhere
-            && needs
-                .iter()
-                .flat_map(|n| &n.groups)
-                .map(|g| cost(g, reach.some))
-                .sum::<u64>()
-                < narrowest;
-        let (mut driver, drive) = if !by_union && reach.each[drive_term] == Reach::Anywhere {
+        let union = reach.union.as_ref().filter(|u| u.cost < narrowest);
+        let (mut driver, drive) = if union.is_none() && reach.each[drive_term] == Reach::Anywhere {
             (
                 std::mem::take(&mut needs[drive_term].groups[drive_group]),
                 Some((drive_term, drive_group)),
@@ -262,18 +335,22 @@ impl Base {
             // Lists read apart from `needs`, which answers for every term.
             let mut lists = Vec::new();
             for (i, term) in terms.iter().enumerate() {
-                if !by_union && i != drive_term {
+                let drives = match union {
+                    Some(union) => union.terms[i],
+                    None => i == drive_term,
+                };
+                if !drives {
                     continue;
                 }
                 let Some(need) = self.need(s, term, &expansions[i]) else {
                     return Ok(true);
                 };
-                let admits = if by_union { reach.some } else { reach.each[i] };
+                let admits = union.map_or(reach.each[i], |u| u.kind);
                 lists.extend(
                     need.groups
                         .into_iter()
                         .enumerate()
-                        .filter(|(g, _)| by_union || *g == drive_group)
+                        .filter(|(g, _)| union.is_some() || *g == drive_group)
                         .flat_map(|(_, group)| group)
                         .filter(|l| admits.admits(l.kind)),
                 );
@@ -284,6 +361,16 @@ impl Base {
         // too: when those may still reach the kept rows, they are read on the way rather
         // than by walking the same lists again.
         let both = text_too && drive.is_some();
+        // Terms are asked about a section rarest first: most sections are passed over because
+        // one misses them, most often the rarest.
+        let mut check_order: Vec<usize> = (0..needs.len()).collect();
+        check_order.sort_by_cached_key(|i| {
+            needs[*i]
+                .groups
+                .iter()
+                .map(|g| cost(g, Reach::Anywhere))
+                .sum::<u64>()
+        });
         let single_word = matches!(terms, [Term::Word(_) | Term::Prefix(_)]);
         // When every term must meet a section in its entry, only catalog answers reach the
         // kept rows, and only a document's first section is one.
@@ -345,7 +432,8 @@ impl Base {
             // A section some word meets in a trail or an entry list is a row of the boosted
             // pass, and only such a section.
             let mut boosted = false;
-            for (i, need) in needs.iter_mut().enumerate() {
+            for &i in &check_order {
+                let need = &mut needs[i];
                 let mut m = match drive {
                     Some((t, _)) if t == i => driven,
                     _ => Met::UNREAD,
@@ -503,5 +591,102 @@ impl Base {
             .fetch_add(positions_read, Ordering::Relaxed);
         self.sections_walked.fetch_add(walked, Ordering::Relaxed);
         Ok(both)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three words of a million-document world (idf and mean length as measured there) with
+    /// the lengths of their lists in its largest segment.
+    fn three_words() -> (Ranking, Vec<Lengths>) {
+        let stats = Ranking {
+            idf: vec![1.7803, 0.5989, 1.3073],
+            average: 48.98,
+        };
+        let lengths = [(182_908, 89_349), (1_077_956, 523_918), (333_414, 161_782)].map(
+            |(trail_or_entry, entry)| Lengths {
+                trail_or_entry,
+                entry,
+            },
+        );
+        (stats, lengths.to_vec())
+    }
+
+    fn union(reach: &Reaches) -> (Reach, Vec<bool>) {
+        let union = reach.union.as_ref().expect("a union");
+        (union.kind, union.terms.clone())
+    }
+
+    #[test]
+    fn kept_rows_unknown_narrow_nothing() {
+        let (stats, lengths) = three_words();
+        let reach = reaches(&stats, Pass::Boosted, 0.65, None, &lengths);
+        assert_eq!(reach.each, [Reach::Anywhere; 3]);
+        assert_eq!(union(&reach), (Reach::TrailOrEntry, vec![true; 3]));
+        let reach = reaches(&stats, Pass::TextOnly, 0.65, Some(100.0), &lengths);
+        assert_eq!(reach.each, [Reach::Anywhere; 3]);
+        assert!(reach.union.is_none());
+    }
+
+    #[test]
+    fn higher_kept_rows_spare_more_lists_from_the_union() {
+        let (stats, lengths) = three_words();
+        // Sections whose trail and entry meet only the common word score at most 6.6: it
+        // is spared. With all three in text and trail at their best, 8.9.
+        let reach = reaches(&stats, Pass::Boosted, 0.65, Some(8.5), &lengths);
+        assert_eq!(
+            union(&reach),
+            (Reach::TrailOrEntry, vec![true, false, true])
+        );
+        // Now some term must meet an entry, but its entry lists are longer than the
+        // first and third words' trail and entry lists.
+        let reach = reaches(&stats, Pass::Boosted, 0.65, Some(9.3), &lengths);
+        assert_eq!(
+            union(&reach),
+            (Reach::TrailOrEntry, vec![true, false, true])
+        );
+        // Trail and entry of the second and third at their best reach 9.6: both spared.
+        let reach = reaches(&stats, Pass::Boosted, 0.65, Some(9.7), &lengths);
+        assert_eq!(
+            union(&reach),
+            (Reach::TrailOrEntry, vec![true, false, false])
+        );
+        // The same said of the first word alone: it must meet its trail or entry.
+        assert_eq!(
+            reach.each,
+            [Reach::TrailOrEntry, Reach::Anywhere, Reach::Anywhere]
+        );
+        // Without its entry the first word reaches 11.3 beside the others at their best:
+        // its entry list alone holds every section that may reach rows of 12.
+        let reach = reaches(&stats, Pass::Boosted, 0.65, Some(11.0), &lengths);
+        assert_eq!(
+            union(&reach),
+            (Reach::TrailOrEntry, vec![true, false, false])
+        );
+        let reach = reaches(&stats, Pass::Boosted, 0.65, Some(12.0), &lengths);
+        assert_eq!(union(&reach), (Reach::Entry, vec![true, false, false]));
+        assert_eq!(reach.each[0], Reach::Entry);
+    }
+
+    #[test]
+    fn one_word_behind_catalog_answers_must_meet_an_entry() {
+        let stats = Ranking {
+            idf: vec![0.13],
+            average: 48.98,
+        };
+        let lengths = [Lengths {
+            trail_or_entry: 30,
+            entry: 10,
+        }];
+        let catalog = catalog_score(&stats.idf) * 0.65;
+        let reach = reaches(&stats, Pass::Boosted, 0.65, Some(catalog), &lengths);
+        assert_eq!(reach.each[0], Reach::Entry);
+        assert_eq!(union(&reach), (Reach::Entry, vec![true]));
+        // Text and trail at their best (3.7 idf) still reach rows just under them.
+        let reach = reaches(&stats, Pass::Boosted, 0.65, Some(catalog * 0.9), &lengths);
+        assert_eq!(reach.each[0], Reach::TrailOrEntry);
+        assert_eq!(union(&reach), (Reach::TrailOrEntry, vec![true]));
     }
 }
