@@ -952,14 +952,11 @@ mod random_tests {
         prop::sample::select(vec![0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 3, 4, 5]).prop_map(|i| WORDS[i])
     }
 
-    /// One document: its sections' headings and texts, its title and importance.
-    fn doc() -> impl Strategy<
-        Value = (
-            Vec<(Vec<&'static str>, Vec<&'static str>)>,
-            Vec<&'static str>,
-            usize,
-        ),
-    > {
+    /// A section's heading words (none: no heading) and text words.
+    type Section = (Vec<&'static str>, Vec<&'static str>);
+
+    /// One document: its sections, its title words and its importance (an index).
+    fn doc() -> impl Strategy<Value = (Vec<Section>, Vec<&'static str>, usize)> {
         (
             prop::collection::vec(
                 (
