@@ -361,6 +361,7 @@ impl Base {
         // too: when those may still reach the kept rows, they are read on the way rather
         // than by walking the same lists again.
         let both = text_too && drive.is_some();
+        let phrase_alone = drive.is_some() && matches!(terms, [Term::Phrase(_)]);
         // Terms are asked about a section rarest first: most sections are passed over because
         // one misses them, most often the rarest.
         let mut check_order: Vec<usize> = (0..needs.len()).collect();
@@ -425,6 +426,17 @@ impl Base {
                 }
                 if list.doc() != doc {
                     skip_to = list.doc();
+                    continue;
+                }
+            }
+            // A lone phrase stands at most as often, and only in the parts, where its driving
+            // word does: that bound at the section's own length and prior spares asking the
+            // other words' lists about most sections.
+            if phrase_alone && let Some(threshold) = out.threshold() {
+                let len = lens.first(doc).unwrap_or(0) as u32;
+                let prior = priors.first(doc).unwrap_or(MAX_PRIOR);
+                if below(best_score(&[driven], stats, true, len) * prior, threshold) {
+                    out.dropped = true;
                     continue;
                 }
             }
