@@ -76,12 +76,14 @@ fn best_score(met: &[Met], stats: &Ranking, loose: bool, len: u32) -> f64 {
 }
 
 /// Where a term must meet a section for the section to reach the kept rows: anywhere, or
-/// (once the rows kept score high enough) in a trail or an entry, or in an entry alone.
+/// (once the rows kept score high enough) in a trail or an entry, or in an entry alone; or,
+/// in the pass over sections only text meets, in its text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Reach {
     Anywhere,
     TrailOrEntry,
     Entry,
+    Text,
 }
 
 impl Reach {
@@ -90,6 +92,7 @@ impl Reach {
             Reach::Anywhere => true,
             Reach::TrailOrEntry => kind != Kind::Text,
             Reach::Entry => kind == Kind::Entry,
+            Reach::Text => kind == Kind::Text,
         }
     }
 }
@@ -147,6 +150,7 @@ fn reaches(
         union: None,
     };
     if pass == Pass::TextOnly {
+        reaches.each.fill(Reach::Text);
         return reaches;
     }
     let union = |kind: Reach, read: &[bool]| Union {
@@ -361,7 +365,11 @@ impl Base {
         // too: when those may still reach the kept rows, they are read on the way rather
         // than by walking the same lists again.
         let both = text_too && drive.is_some();
-        let phrase_alone = drive.is_some() && matches!(terms, [Term::Phrase(_)]);
+        // Whether the driver is one word's lists with its text: what it counts bounds a
+        // lone phrase.
+        let phrase_alone = union.is_none()
+            && reach.each[drive_term].admits(Kind::Text)
+            && matches!(terms, [Term::Phrase(_)]);
         // Terms are asked about a section rarest first: most sections are passed over because
         // one misses them, most often the rarest.
         let mut check_order: Vec<usize> = (0..needs.len()).collect();
@@ -638,7 +646,7 @@ mod tests {
         assert_eq!(reach.each, [Reach::Anywhere; 3]);
         assert_eq!(union(&reach), (Reach::TrailOrEntry, vec![true; 3]));
         let reach = reaches(&stats, Pass::TextOnly, 0.65, Some(100.0), &lengths);
-        assert_eq!(reach.each, [Reach::Anywhere; 3]);
+        assert_eq!(reach.each, [Reach::Text; 3]);
         assert!(reach.union.is_none());
     }
 
