@@ -37,7 +37,7 @@
 //! is held, whatever the writer commits or merges meanwhile.
 //!
 //! The rows a search keeps are in `store/kept.rs`, the walk over one segment's postings in
-//! `store/walk.rs`, the naming and checking of the kept rows in `store/resolve.rs`, copies
+//! `store/walk.rs` (the lists that drive it in `store/driver.rs`), the naming and checking of the kept rows in `store/resolve.rs`, copies
 //! of a commit (export and import) in `store/copy.rs`, and the files of a copy that arrive
 //! after it opens in `store/deferred.rs`.
 
@@ -67,6 +67,7 @@ use crate::tokens::{self, MAX_PREFIX_EXPANSION, Term};
 
 mod copy;
 mod deferred;
+mod driver;
 mod kept;
 mod resolve;
 mod walk;

@@ -9,6 +9,7 @@ use tantivy::postings::{Postings, SegmentPostings};
 use tantivy::schema::IndexRecordOption;
 use tantivy::{DocId, DocSet, SegmentReader, TERMINATED, Term as TantivyTerm};
 
+use super::driver::Driver;
 use super::kept::{Candidate, MAX_PRIOR, Top, below};
 use super::{Base, Kind, List, Pass, StoreResult};
 use crate::body::{Ranking, catalog_score, term_score};
@@ -330,7 +331,7 @@ impl Base {
             .min_by_key(|(_, cost)| *cost)
             .unwrap_or(((0, 0), 0));
         let union = reach.union.as_ref().filter(|u| u.cost < narrowest);
-        let (mut driver, drive) = if union.is_none() && reach.each[drive_term] == Reach::Anywhere {
+        let (driver, drive) = if union.is_none() && reach.each[drive_term] == Reach::Anywhere {
             (
                 std::mem::take(&mut needs[drive_term].groups[drive_group]),
                 Some((drive_term, drive_group)),
@@ -380,6 +381,7 @@ impl Base {
                 .map(|g| cost(g, Reach::Anywhere))
                 .sum::<u64>()
         });
+        let mut driver = Driver::new(driver);
         let single_word = matches!(terms, [Term::Word(_) | Term::Prefix(_)]);
         // When every term must meet a section in its entry, only catalog answers reach the
         // kept rows, and only a document's first section is one.
@@ -397,27 +399,13 @@ impl Base {
             if skip_to == TERMINATED {
                 break;
             }
-            for list in driver.iter_mut() {
-                if list.postings.doc() < skip_to {
-                    list.postings.seek(skip_to);
-                }
-            }
-            let doc = driver
-                .iter()
-                .map(|l| l.postings.doc())
-                .min()
-                .unwrap_or(TERMINATED);
+            driver.seek(skip_to);
+            let mut driven = Met::default();
+            let doc = driver.next(|list| record(&mut driven, list));
             if doc == TERMINATED {
                 break;
             }
             walked += 1;
-            let mut driven = Met::default();
-            for list in driver.iter_mut() {
-                if list.postings.doc() == doc {
-                    record(&mut driven, list);
-                    list.postings.advance();
-                }
-            }
             // One word met in an entry makes a catalog answer, whose only candidate is its
             // document's first section: the others are passed over before any list is asked.
             if (only_catalog || single_word && driven.entry)
