@@ -1,6 +1,8 @@
 //! The walk over one segment's postings: the sections every term meets (in text, trail or
 //! entry), each scored and offered to the kept rows, or passed over before its columns are
-//! read when its best possible score misses them.
+//! read when its best possible score misses them. The walk steps through the shortest lists
+//! that hold every section able to reach the kept rows (`reaches`), so the higher those
+//! score, the fewer sections it visits.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
