@@ -22,12 +22,12 @@
 //!   meets in a trail or an entry (boosted, so they score highest), then the sections only
 //!   text meets — skipped when the kept rows all beat the best such a section could score,
 //!   and read during the first pass when that walks all of a term's sections anyway and the
-//!   kept rows do not yet beat them. Segments are read smallest first. Each walk is driven by the shortest lists a row must
-//!   stand in: once the kept rows score high enough, a section missing a term in its trail
-//!   or entry (or entry alone) cannot reach them, so that term's other lists drive no walk,
-//!   and when every term must stand in its entry only catalog answers are read. Any section
-//!   is skipped before its columns (or a phrase's positions) are read when its best possible
-//!   score misses the kept rows.
+//!   kept rows do not yet beat them. Segments are read smallest first. Each walk is driven
+//!   by the shortest lists a row must stand in: once the kept rows score high enough, a
+//!   section missing a term in its trail or entry (or entry alone) cannot reach them, so
+//!   that term's other lists drive no walk, and when every term must stand in its entry
+//!   only catalog answers are read. Any section is skipped before its columns (or a
+//!   phrase's positions) are read when its best possible score misses the kept rows.
 //! - **Commits** carry the sequence of the snapshot the index covers as their payload.
 //! - **Statistics** are tantivy's: a superseded or deleted section still counts in N, the mean
 //!   length and df until a merge drops it (as in any segment index); the match rule never
@@ -37,9 +37,10 @@
 //! is held, whatever the writer commits or merges meanwhile.
 //!
 //! The rows a search keeps are in `store/kept.rs`, the walk over one segment's postings in
-//! `store/walk.rs` (the lists that drive it in `store/driver.rs`), the naming and checking of the kept rows in `store/resolve.rs`, copies
-//! of a commit (export and import) in `store/copy.rs`, and the files of a copy that arrive
-//! after it opens in `store/deferred.rs`.
+//! `store/walk.rs` (the lists that drive it in `store/driver.rs`), the naming and checking
+//! of the kept rows in `store/resolve.rs`, copies of a commit (export and import) in
+//! `store/copy.rs`, and the files of a copy that arrive after it opens in
+//! `store/deferred.rs`.
 
 use std::fmt;
 use std::path::Path;
