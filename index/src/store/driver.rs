@@ -57,11 +57,12 @@ impl<L: Stepped> Driver<L> {
             }
             return;
         };
-        while let Some(&Reverse((doc, i))) = heap.peek()
-            && doc < target
+        // The top is moved in place: one sift down rather than a pop and a push.
+        while let Some(mut top) = heap.peek_mut()
+            && top.0.0 < target
         {
-            heap.pop();
-            heap.push(Reverse((self.lists[i].postings_mut().seek(target), i)));
+            let i = top.0.1;
+            top.0 = (self.lists[i].postings_mut().seek(target), i);
         }
     }
 
@@ -89,13 +90,12 @@ impl<L: Stepped> Driver<L> {
         if doc == TERMINATED {
             return doc;
         }
-        while let Some(&Reverse((at, i))) = heap.peek()
-            && at == doc
+        while let Some(mut top) = heap.peek_mut()
+            && top.0.0 == doc
         {
-            heap.pop();
-            let list = &mut self.lists[i];
+            let list = &mut self.lists[top.0.1];
             holds(list);
-            heap.push(Reverse((list.postings_mut().advance(), i)));
+            top.0.0 = list.postings_mut().advance();
         }
         doc
     }
