@@ -30,6 +30,7 @@ impl Stepped for List {
     }
 }
 
+/// The lists driving one walk, and where each stands.
 pub(super) struct Driver<L = List> {
     lists: Vec<L>,
     /// Past [`ASKED_IN_TURN`] lists, each list's section and its place in `lists`, the
