@@ -576,6 +576,26 @@ mod tests {
             .unwrap()
     }
 
+    /// Reads each of `files` from `copy` on a blocking thread, as tantivy reads a late part,
+    /// and requires the original's bytes.
+    async fn reads_as_original(
+        copy: &Arc<SectionStore>,
+        original: &SectionStore,
+        files: Vec<String>,
+    ) {
+        for name in files {
+            let (reading, named) = (copy.clone(), name.clone());
+            let read = tokio::task::spawn_blocking(move || reading.read(&named).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(
+                read.as_slice(),
+                original.read(&name).unwrap().as_slice(),
+                "{name}"
+            );
+        }
+    }
+
     fn shelf(blobs: &Arc<MemoryStore>) -> BucketShelf {
         BucketShelf::new(blobs.clone(), "w/", "world", Duration::ZERO).with_part_bytes(64)
     }
@@ -689,17 +709,7 @@ mod tests {
         let copy = Arc::new(taken.store);
         // `rest` is not polled: every late part read below is fetched by the read itself.
         let rest = taken.rest.unwrap();
-        for name in export.files {
-            let (reading, named) = (copy.clone(), name.clone());
-            let read = tokio::task::spawn_blocking(move || reading.read(&named).unwrap())
-                .await
-                .unwrap();
-            assert_eq!(
-                read.as_slice(),
-                original.read(&name).unwrap().as_slice(),
-                "{name}"
-            );
-        }
+        reads_as_original(&copy, &original, export.files).await;
         rest.await.unwrap();
         let checking = copy.clone();
         tokio::task::spawn_blocking(move || checking.verify_deferred())
@@ -804,20 +814,11 @@ mod tests {
         assert!(rest.await.unwrap_err().is_cancelled());
         hold.stop_catching();
 
-        for name in export.files {
-            let (reading, named) = (copy.clone(), name.clone());
-            let read = tokio::time::timeout(
-                Duration::from_secs(60),
-                tokio::task::spawn_blocking(move || reading.read(&named).unwrap()),
-            )
-            .await
-            .expect("no read waits for the stopped download")
-            .unwrap();
-            assert_eq!(
-                read.as_slice(),
-                original.read(&name).unwrap().as_slice(),
-                "{name}"
-            );
-        }
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            reads_as_original(&copy, &original, export.files),
+        )
+        .await
+        .expect("no read waits for the stopped download");
     }
 }
