@@ -13,7 +13,7 @@ use tantivy::{DocId, DocSet, SegmentReader, TERMINATED, Term as TantivyTerm};
 
 use super::driver::Driver;
 use super::kept::{Candidate, MAX_PRIOR, Top, below};
-use super::{Base, Kind, List, Pass, StoreResult};
+use super::{Base, Kind, List, Need, Pass, StoreResult};
 use crate::body::{Ranking, catalog_score, term_score};
 use crate::tokens::Term;
 
@@ -221,6 +221,26 @@ fn reaches(
     reaches
 }
 
+/// The summed lengths of the lists of `lists` that `reach` admits.
+fn length(lists: &[List], reach: Reach) -> u64 {
+    lists
+        .iter()
+        .filter(|l| reach.admits(l.kind))
+        .map(|l| u64::from(l.postings.doc_freq()))
+        .sum()
+}
+
+/// The lists that drive one walk.
+struct Drive {
+    lists: Vec<List>,
+    /// The term and group whose lists these are, taken out of the needs (the walk reads
+    /// them for that group), when a whole group drives.
+    taken: Option<(usize, usize)>,
+    /// Whether the lists are one word's, its text among them: what they count bounds how
+    /// often that word stands in a section.
+    counts_text: bool,
+}
+
 fn record(m: &mut Met, list: &List) {
     match list.kind {
         Kind::Text => m.count = (m.count + list.postings.term_freq()).min(MAX_COUNT),
@@ -251,6 +271,66 @@ impl Met {
 }
 
 impl Base {
+    /// The shortest of: a term's group (for a phrase, one word's) narrowed to the lists
+    /// where `reach` says it must meet a section, and the shortest union holding every
+    /// section that may reach the kept rows. The walk asks `needs` about the driver's
+    /// sections. `None` when a term is not in the segment.
+    fn drive(
+        &self,
+        s: &SegmentReader,
+        terms: &[Term],
+        expansions: &[Vec<Arc<str>>],
+        needs: &mut [Need],
+        reach: &Reaches,
+    ) -> Option<Drive> {
+        let ((term, group), narrowest) = needs
+            .iter()
+            .zip(&reach.each)
+            .enumerate()
+            .flat_map(|(i, (n, reach))| {
+                n.groups
+                    .iter()
+                    .enumerate()
+                    .map(move |(g, lists)| ((i, g), length(lists, *reach)))
+            })
+            .min_by_key(|(_, length)| *length)
+            .unwrap_or(((0, 0), 0));
+        let union = reach.union.as_ref().filter(|u| u.cost < narrowest);
+        if union.is_none() && reach.each[term] == Reach::Anywhere {
+            return Some(Drive {
+                lists: std::mem::take(&mut needs[term].groups[group]),
+                taken: Some((term, group)),
+                counts_text: true,
+            });
+        }
+        // Lists read apart from `needs`, which answers for every term.
+        let mut lists = Vec::new();
+        for (i, t) in terms.iter().enumerate() {
+            let drives = match union {
+                Some(union) => union.terms[i],
+                None => i == term,
+            };
+            if !drives {
+                continue;
+            }
+            let admits = union.map_or(reach.each[i], |u| u.kind);
+            lists.extend(
+                self.need(s, t, &expansions[i])?
+                    .groups
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(g, _)| union.is_some() || *g == group)
+                    .flat_map(|(_, group)| group)
+                    .filter(|l| admits.admits(l.kind)),
+            );
+        }
+        Some(Drive {
+            lists,
+            taken: None,
+            counts_text: union.is_none() && reach.each[term].admits(Kind::Text),
+        })
+    }
+
     /// Offers `out` the sections of segment `number` that `pass` reads and `terms` meet, in
     /// `scope`. With `text_too`, a boosted pass may read the text-only sections as well;
     /// returns whether the segment's text-only sections were read (or none can be a row).
@@ -301,78 +381,32 @@ impl Base {
             })
             .collect();
         let mut positions: Vec<Vec<u32>> = Vec::new();
-        // Drive by the shortest of: a term's group (for a phrase, one word's) narrowed to
-        // the lists where the kept rows say it must meet a section, and the shortest union
-        // holding every section that may reach them. The others are asked about the
-        // driver's sections.
-        let cost = |lists: &[List], reach: Reach| -> u64 {
-            lists
-                .iter()
-                .filter(|l| reach.admits(l.kind))
-                .map(|l| u64::from(l.postings.doc_freq()))
-                .sum()
-        };
         let lengths: Vec<Lengths> = needs
             .iter()
             .map(|n| Lengths {
-                trail_or_entry: n.groups.iter().map(|g| cost(g, Reach::TrailOrEntry)).sum(),
-                entry: n.groups.iter().map(|g| cost(g, Reach::Entry)).sum(),
+                trail_or_entry: n
+                    .groups
+                    .iter()
+                    .map(|g| length(g, Reach::TrailOrEntry))
+                    .sum(),
+                entry: n.groups.iter().map(|g| length(g, Reach::Entry)).sum(),
             })
             .collect();
         let reach = reaches(stats, pass, prior_bound, out.threshold(), &lengths);
-        let ((drive_term, drive_group), narrowest) = needs
-            .iter()
-            .zip(&reach.each)
-            .enumerate()
-            .flat_map(|(i, (n, reach))| {
-                n.groups
-                    .iter()
-                    .enumerate()
-                    .map(move |(g, lists)| ((i, g), cost(lists, *reach)))
-            })
-            .min_by_key(|(_, cost)| *cost)
-            .unwrap_or(((0, 0), 0));
-        let union = reach.union.as_ref().filter(|u| u.cost < narrowest);
-        let (driver, drive) = if union.is_none() && reach.each[drive_term] == Reach::Anywhere {
-            (
-                std::mem::take(&mut needs[drive_term].groups[drive_group]),
-                Some((drive_term, drive_group)),
-            )
-        } else {
-            // Lists read apart from `needs`, which answers for every term.
-            let mut lists = Vec::new();
-            for (i, term) in terms.iter().enumerate() {
-                let drives = match union {
-                    Some(union) => union.terms[i],
-                    None => i == drive_term,
-                };
-                if !drives {
-                    continue;
-                }
-                let Some(need) = self.need(s, term, &expansions[i]) else {
-                    return Ok(true);
-                };
-                let admits = union.map_or(reach.each[i], |u| u.kind);
-                lists.extend(
-                    need.groups
-                        .into_iter()
-                        .enumerate()
-                        .filter(|(g, _)| union.is_some() || *g == drive_group)
-                        .flat_map(|(_, group)| group)
-                        .filter(|l| admits.admits(l.kind)),
-                );
-            }
-            (lists, None)
+        let Some(Drive {
+            lists: driver,
+            taken: drive,
+            counts_text,
+        }) = self.drive(s, terms, expansions, &mut needs, &reach)
+        else {
+            return Ok(true);
         };
         // A boosted pass driven by a whole group steps to that term's text-only sections
         // too: when those may still reach the kept rows, they are read on the way rather
         // than by walking the same lists again.
         let both = text_too && drive.is_some();
-        // Whether the driver is one word's lists with its text: what it counts bounds a
-        // lone phrase.
-        let phrase_alone = union.is_none()
-            && reach.each[drive_term].admits(Kind::Text)
-            && matches!(terms, [Term::Phrase(_)]);
+        // What the driver counts bounds a lone phrase.
+        let phrase_alone = counts_text && matches!(terms, [Term::Phrase(_)]);
         // Terms are asked about a section rarest first: most sections are passed over because
         // one misses them, most often the rarest.
         let mut check_order: Vec<usize> = (0..needs.len()).collect();
@@ -380,7 +414,7 @@ impl Base {
             needs[*i]
                 .groups
                 .iter()
-                .map(|g| cost(g, Reach::Anywhere))
+                .map(|g| length(g, Reach::Anywhere))
                 .sum::<u64>()
         });
         let mut driver = Driver::new(driver);
