@@ -451,7 +451,8 @@ impl SectionStore {
         let mut broken = Vec::new();
         for file in &self.deferred {
             // A merge may have replaced and deleted the file meanwhile: nothing reads it.
-            if !self.raw.exists(Path::new(file.name())).unwrap_or(false) {
+            let exists = self.raw.exists(Path::new(file.name()));
+            if !exists.map_err(|e| StoreError(format!("{}: {e}", file.name())))? {
                 continue;
             }
             if !file.checksum_ok()? {

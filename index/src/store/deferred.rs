@@ -189,6 +189,8 @@ impl DeferredFile {
     /// not leave every page of it mapped into the process.
     pub fn checksum_ok(&self) -> StoreResult<bool> {
         const MAGIC: u32 = 1337;
+        // The longest footer tantivy opens: a longer one is foreign, and is not read.
+        const FOOTER_MAX_LEN: u32 = 50_000;
         self.ensure_all()?;
         let broken = |why: &str| StoreError(format!("{:?}: {why}", self.name));
         let mut tail = [0u8; 8];
@@ -199,6 +201,9 @@ impl DeferredFile {
         let footer_len = u32::from_le_bytes(tail[..4].try_into().expect("4 bytes"));
         if u32::from_le_bytes(tail[4..].try_into().expect("4 bytes")) != MAGIC {
             return Err(broken("no footer"));
+        }
+        if footer_len > FOOTER_MAX_LEN {
+            return Err(broken("a footer longer than tantivy writes"));
         }
         let Some(body_len) = tail_at.checked_sub(u64::from(footer_len)) else {
             return Err(broken("a footer longer than the file"));
@@ -397,13 +402,43 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, fetches, _) = file(&dir, 10);
         let claim = file.claim(1).unwrap();
-        std::thread::scope(|s| {
-            let reader = s.spawn(|| file.ensure(4..6));
-            drop(claim);
-            reader.join().unwrap().unwrap();
-        });
+        let (reading, (done, read)) = (file.clone(), std::sync::mpsc::channel());
+        std::thread::spawn(move || done.send(reading.ensure(4..6)));
+        drop(claim);
+        read.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the reader does not wait for the dropped claim")
+            .unwrap();
         assert_eq!(fetches.load(Ordering::SeqCst), 1, "the reader fetched it");
         assert!(file.claim(1).is_none(), "written");
+    }
+
+    /// A file whose footer claims more than tantivy ever writes is refused before that
+    /// length is read or allocated.
+    #[test]
+    fn a_footer_longer_than_tantivy_writes_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 60_008u64;
+        let mut bytes = vec![0u8; size as usize];
+        bytes[60_000..60_004].copy_from_slice(&60_000u32.to_le_bytes());
+        bytes[60_004..].copy_from_slice(&1337u32.to_le_bytes());
+        let fetch: PartFetch = Arc::new(move |file: &DeferredFile, part| {
+            let range = file.part_range(part);
+            file.write_part(part, &bytes[range.start as usize..range.end as usize])
+        });
+        let path = dir.path().join("f.store");
+        let handle = std::fs::OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        handle.set_len(size).unwrap();
+        let file = DeferredFile::new("f.store", size, 4096, handle, fetch).unwrap();
+        let refused = file.checksum_ok().unwrap_err();
+        assert!(
+            refused.0.contains("a footer longer than tantivy writes"),
+            "{refused}"
+        );
     }
 
     /// A copy whose positions and stored sections arrive late opens, answers the
