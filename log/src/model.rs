@@ -164,6 +164,23 @@ impl RecentVersions {
         }
     }
 
+    /// Sets where version `version`'s bytes live; `false` when no record holds it.
+    pub fn locate(&mut self, version: u64, location: Location) -> bool {
+        let Some(index) = self.iter().position(|r| r.version == version) else {
+            return false;
+        };
+        match &mut self.0 {
+            Recent::Empty => return false,
+            Recent::Short(s) => Arc::make_mut(s)[index].location = location,
+            Recent::Long(v) => {
+                if let Some(record) = Arc::make_mut(v).get_mut(index) {
+                    record.location = location;
+                }
+            }
+        }
+        true
+    }
+
     /// Removes and returns the oldest record.
     pub fn pop_front(&mut self) -> Option<VersionRecord> {
         let front = self.front()?.clone();

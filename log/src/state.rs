@@ -29,7 +29,7 @@ use crate::error::{Error, ErrorKind, Op, Result};
 use crate::ids::{Hash, WorldId};
 use crate::marker::{GENESIS_SEQUENCE, genesis_tip};
 use crate::metadata::{self, DocCatalog};
-use crate::model::{DocState, HistoryBlockRef, RecentVersions, VersionRecord};
+use crate::model::{DocState, HistoryBlockRef, Location, RecentVersions, VersionRecord};
 use crate::path::{DocPath, is_hidden_name};
 use crate::slot::{EncodedSlot, Entry};
 
@@ -676,6 +676,51 @@ impl WorldState {
         Ok(())
     }
 
+    /// Makes this state, built by [`WorldState::apply_entry`] from the state `slot` follows
+    /// with provisional locations for the slot's versions, the state `apply` gives: the
+    /// slot's inline versions are located in it, and its sequence and tip move past it.
+    ///
+    /// The committer seals a batch this way instead of applying the slot again to the state
+    /// before it: each entry was already checked by the same step on the same state, and
+    /// locating touches only the nodes the batch itself copied. Refuses a slot that does not
+    /// follow this state's sequence and tip, or a version this state does not hold.
+    pub(crate) fn settle(&mut self, slot: &EncodedSlot) -> Result<()> {
+        let key = || format!("log/{:016x}", slot.slot.first);
+        let bad = |why: String| Error::integrity(Op::Apply, key(), why);
+        if slot.slot.world != self.world
+            || slot.slot.first != self.sequence + 1
+            || slot.slot.prev != self.tip
+        {
+            return Err(bad("slot does not follow the state it settles".into()));
+        }
+        for (i, entry) in slot.slot.entries.iter().enumerate() {
+            let location = slot.location(i);
+            if entry.write.is_none() || location == Location::Blob {
+                continue;
+            }
+            let Some(handle) = self.docs.get_mut(&entry.path) else {
+                return Err(bad(format!("entry {i} ({}): no document", entry.path)));
+            };
+            if entry.current < handle.first {
+                // A later entry of the slot pruned the version.
+                continue;
+            }
+            let doc = Arc::make_mut(handle);
+            if doc.head.version == entry.current {
+                doc.head.location = location;
+            }
+            if !doc.recent.locate(entry.current, location) {
+                return Err(bad(format!(
+                    "entry {i} ({}): version {} is not held",
+                    entry.path, entry.current
+                )));
+            }
+        }
+        self.sequence = slot.slot.last();
+        self.tip = slot.hash;
+        Ok(())
+    }
+
     /// Applies one entry (its version record already located). Used by `apply` and by the
     /// committer to chain members of a batch being built.
     pub(crate) fn apply_entry(
@@ -1120,5 +1165,64 @@ mod tests {
         let err = WorldState::restore_bulk(world, 9, tip, above).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Integrity);
         assert!(err.to_string().contains("/d3 is a document"), "{err}");
+    }
+
+    /// A batch built entry by entry with provisional locations, then settled, is the state
+    /// its slot applied to the state before gives: inline and blob versions, one path
+    /// written twice with the second pruning the first, an archive.
+    #[test]
+    fn a_settled_batch_is_its_slot_applied() {
+        use crate::testing::{archive, change, commit, meta, publish, publish_with, seal};
+        let mut base = WorldState::genesis(crate::testing::WORLD);
+        let mut bases = Vec::new();
+        commit(
+            &mut base,
+            &[publish("/old.md", "one"), publish("/gone.md", "two")],
+            true,
+            &mut bases,
+        );
+        let mutations = [
+            (publish("/new.md", "inline"), true),
+            (publish("/blob.md", "stored apart"), false),
+            (publish("/old.md", "second"), true),
+            (
+                publish_with("/old.md", "third", meta(&[("retention", "1")])),
+                true,
+            ),
+            (archive("/gone.md", true), true),
+        ];
+        let mut working = base.clone();
+        let mut changes = Vec::new();
+        for (i, (mutation, inline)) in mutations.iter().enumerate() {
+            let c = change(&working, mutation, 40 + i as u8, *inline, &bases);
+            let write = c.entry.write.as_ref();
+            let provisional = write.map(|w| VersionRecord {
+                version: c.entry.current,
+                hash: w.hash,
+                body_hash: c.entry.body_hash,
+                modified: c.entry.modified,
+                size: w.size,
+                location: Location::Blob,
+            });
+            working.apply_entry(&c.entry, provisional).unwrap();
+            changes.push(c);
+        }
+        let slot = seal(&base, &changes);
+        let applied = base.apply(&slot).unwrap();
+        assert_ne!(
+            working, applied,
+            "provisional locations differ before settling"
+        );
+        let mut settled = working.clone();
+        settled.settle(&slot).unwrap();
+        assert_eq!(settled, applied);
+        let new = settled.doc(&DocPath::parse("/new.md").unwrap()).unwrap();
+        assert!(matches!(new.head.location, Location::Inline { .. }));
+        // A state the slot does not follow is refused and left as it was.
+        let mut behind = working.clone();
+        behind.settle(&slot).unwrap();
+        let err = behind.settle(&slot).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Integrity);
+        assert_eq!(behind, applied);
     }
 }

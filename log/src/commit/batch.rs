@@ -142,8 +142,9 @@ fn provisional_record(change: &Change) -> VersionRecord {
     }
 }
 
-/// Answers every member of a confirmed batch (`first`: its slot's first sequence).
-pub(super) fn answer_batch(batch: Batch, first: Option<u64>) {
+/// Answers every member of a confirmed batch (`first`: its slot's first sequence), and
+/// returns its working state for the caller to free.
+pub(super) fn answer_batch(batch: Batch, first: Option<u64>) -> WorldState {
     let mut index = 0u64;
     for member in batch.members {
         let answer = match member.result {
@@ -161,6 +162,7 @@ pub(super) fn answer_batch(batch: Batch, first: Option<u64>) {
         };
         let _ = member.pending.reply.send(answer);
     }
+    batch.working
 }
 
 impl Actor {
@@ -401,7 +403,12 @@ impl Actor {
     }
 
     /// Encodes the front batch's slot on the tail and computes its result.
-    pub(super) fn seal(&self, batch: &Batch) -> Result<Sealed> {
+    ///
+    /// A batch built on the tail itself is settled: its working state becomes the result,
+    /// with the slot's versions located (tests check it against applying the slot to the
+    /// tail). One built on a batch that has since committed holds that batch's provisional
+    /// locations too, so its slot is applied to the tail instead.
+    pub(super) fn seal(&self, batch: &mut Batch) -> Result<Sealed> {
         let entries: Vec<_> = batch
             .members
             .iter()
@@ -426,7 +433,25 @@ impl Actor {
         };
         let key = keys::slot_key(&self.shared.config.prefix, first);
         let encoded = EncodedSlot::encode(slot, &key)?;
-        let result = self.tail.apply(&encoded)?;
+        let on_tail = batch.working.sequence() == self.tail.sequence()
+            && batch.working.tip() == self.tail.tip();
+        let result = if on_tail {
+            let mut settled = std::mem::replace(&mut batch.working, self.tail.clone());
+            settled.settle(&encoded)?;
+            // Tests run every sealed batch both ways; a difference fails its writers.
+            #[cfg(debug_assertions)]
+            if self.tail.apply(&encoded).as_ref() != Ok(&settled) {
+                return Err(Error::integrity(
+                    Op::Apply,
+                    key,
+                    "a settled batch differs from its slot applied to the tail",
+                ));
+            }
+            batch.working = settled.clone();
+            settled
+        } else {
+            self.tail.apply(&encoded)?
+        };
         Ok(Sealed {
             slot: Some(encoded),
             result,

@@ -32,6 +32,9 @@ enum Event {
     Timer,
 }
 
+/// The most replaced states kept for freeing later (no-op batches answer without a create).
+const RELEASED_KEPT: usize = 16;
+
 pub(super) struct Actor {
     pub(super) shared: Arc<Shared>,
     pub(super) rx: mpsc::UnboundedReceiver<Msg>,
@@ -59,6 +62,10 @@ pub(super) struct Actor {
     /// After a win: until when the next seal waits for this many members (see
     /// [`CommitterConfig::gather`](super::CommitterConfig::gather)).
     gather: Option<(Instant, usize)>,
+    /// States replaced since the last create began, freed while the next one is in flight
+    /// (or once idle, or past [`RELEASED_KEPT`]): freeing the nodes only they held is work
+    /// the answers and the next seal need not wait for.
+    released: Vec<WorldState>,
     /// When a peer last contended for this store's names with hints flowing: lost a slot
     /// to it, beat it to one, or took a turn it was offered.
     pub(super) contended: Option<Instant>,
@@ -149,6 +156,7 @@ impl Actor {
             yield_until: None,
             handoff_until: None,
             gather: None,
+            released: Vec::new(),
             contended: None,
             writers: VecDeque::new(),
             tail_landed: Instant::now(),
@@ -265,6 +273,11 @@ impl Actor {
 
     /// Waits for the next thing that can move the committer forward.
     pub(super) async fn wait(&mut self) {
+        let idle = self.batches.is_empty() && self.queue.is_empty();
+        if self.creating.is_some() || idle || self.released.len() > RELEASED_KEPT {
+            // Nothing else to do until the create lands (or at all).
+            self.released.clear();
+        }
         let now = Instant::now();
         let pauses = [
             self.yield_until,
@@ -584,9 +597,11 @@ impl Actor {
                 self.handoff_until = None;
                 self.turn_until = None;
                 self.gather = None;
-                let sealed = self.seal(front);
+                let mut front = self.batches.pop_front().expect("front exists");
+                let sealed = self.seal(&mut front);
                 let size = front.members.len();
                 let short = size < front.cap;
+                self.batches.push_front(front);
                 {
                     let mut stats = self.shared.stats();
                     stats.batch_sizes.push(size);
@@ -623,7 +638,7 @@ impl Actor {
             let front = self.batches.front().expect("front exists");
             let Some(slot) = front.sealed.as_ref().and_then(|s| s.slot.as_ref()) else {
                 let batch = self.batches.pop_front().expect("front exists");
-                answer_batch(batch, None);
+                self.released.push(answer_batch(batch, None));
                 continue;
             };
             let store = self.shared.store.clone();
@@ -682,11 +697,13 @@ impl Actor {
                     // The bytes the bucket now holds under its name.
                     self.shared.recent.publish(slot);
                 }
-                self.tail = sealed.result.clone();
+                let old_tail = std::mem::replace(&mut self.tail, sealed.result.clone());
                 // The name was absent when the create landed, after it was sent.
                 self.shared
                     .settle(self.tail.sequence(), self.create_arrivals);
-                self.shared.install(&self.tail);
+                let old_served = self.shared.install_keeping(&self.tail);
+                self.released.push(old_tail);
+                self.released.extend(old_served);
                 self.shared.report(self.tail.sequence());
                 self.shared.stats().slots_won += 1;
                 self.lost_streak = 0;
@@ -717,7 +734,8 @@ impl Actor {
                     }
                 }
                 let answered = front.members.len();
-                answer_batch(front, first);
+                let working = answer_batch(front, first);
+                self.released.push(working);
                 let window = self.shared.gather_window();
                 if !window.is_zero() {
                     self.gather =

@@ -97,14 +97,22 @@ impl Shared {
 
     /// Installs `state` if it is ahead of the served one.
     pub(super) fn install(&self, state: &WorldState) {
+        drop(self.install_keeping(state));
+    }
+
+    /// [`Shared::install`], returning the state it replaced so the caller chooses when to
+    /// free it (not under the channel's lock, and not before the writers are answered).
+    pub(super) fn install_keeping(&self, state: &WorldState) -> Option<WorldState> {
+        let mut replaced = None;
         self.served.send_if_modified(|current| {
             if state.sequence() > current.sequence() {
-                *current = state.clone();
+                replaced = Some(std::mem::replace(current, state.clone()));
                 true
             } else {
                 false
             }
         });
+        replaced
     }
 
     pub(super) fn report(&self, sequence: u64) {
