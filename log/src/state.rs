@@ -49,6 +49,15 @@ pub struct ChildCounts {
 /// `(directory, child name)`.
 type ChildKey = (Arc<str>, Arc<str>);
 
+/// Whether applying an entry that creates a document searches for documents above and
+/// beneath its path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    Check,
+    /// The entry's build judged it on this same state.
+    Judged,
+}
+
 /// An entry's path and the document there before it (`None`: there was none).
 type Undo = (DocPath, Option<DocState>);
 
@@ -665,7 +674,7 @@ impl WorldState {
                 location: slot.location(i),
             });
             let prior = self
-                .step(entry, record, undo.is_some())
+                .step(entry, record, undo.is_some(), Topology::Check)
                 .map_err(|why| bad(format!("entry {i} ({}): {why}", entry.path)))?;
             if let Some(undo) = undo.as_deref_mut() {
                 undo.push((entry.path.clone(), prior));
@@ -728,7 +737,18 @@ impl WorldState {
         entry: &Entry,
         record: Option<VersionRecord>,
     ) -> Result<(), String> {
-        self.step(entry, record, false).map(drop)
+        self.step(entry, record, false, Topology::Check).map(drop)
+    }
+
+    /// [`WorldState::apply_entry`] for an entry [`crate::build::build`] just built on this
+    /// very state: it already found the topology allows a new path, so that is not searched
+    /// again.
+    pub(crate) fn apply_built(
+        &mut self,
+        entry: &Entry,
+        record: Option<VersionRecord>,
+    ) -> Result<(), String> {
+        self.step(entry, record, false, Topology::Judged).map(drop)
     }
 
     /// Applies one entry, or refuses it leaving the state untouched. With `keep_prior`,
@@ -742,6 +762,7 @@ impl WorldState {
         entry: &Entry,
         record: Option<VersionRecord>,
         keep_prior: bool,
+        topology: Topology,
     ) -> Result<Option<DocState>, String> {
         if let Some(write) = &entry.write
             && !write.catalog.derives_from_metadata()
@@ -754,7 +775,9 @@ impl WorldState {
                     if entry.current != 1 || entry.first != 1 {
                         return Err("a new document must start at version 1".into());
                     }
-                    self.topology_allows(&entry.path)?;
+                    if topology == Topology::Check {
+                        self.topology_allows(&entry.path)?;
+                    }
                     self.insert_new(DocState {
                         path: entry.path.clone(),
                         current: 1,

@@ -802,3 +802,76 @@ async fn appends_chain_on_versions_still_in_the_pipeline() {
         .body;
     assert!(body.starts_with("one\ntwo\nxxx"));
 }
+
+/// Reads the current version of the document it judges from what the committer holds in
+/// memory, recording the bodies it found.
+#[derive(Debug, Default)]
+struct ReadsCurrent(std::sync::Mutex<Vec<Option<String>>>);
+
+#[async_trait::async_trait]
+impl quire_log::commit::CommitCheck for ReadsCurrent {
+    async fn check(
+        &self,
+        state: &WorldState,
+        write: &quire_log::build::PreparedWrite,
+        pending: &quire_log::commit::PendingVersions,
+    ) -> Result<()> {
+        let body = state.doc(&write.path).and_then(|doc| {
+            let bytes = pending.get(&doc.head.hash)?;
+            Some(
+                quire_log::version::StoredVersion::decode(&bytes)
+                    .unwrap()
+                    .body,
+            )
+        });
+        self.0.lock().unwrap().push(body);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_check_reads_versions_built_in_the_pipeline_and_those_just_confirmed() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let test = simulated(memory.clone());
+    let c = start(test.clone(), WorldState::genesis(WORLD), 1, |_| {});
+    let check = Arc::new(ReadsCurrent::default());
+    let checked = |m: Mutation| CommitRequest {
+        mutation: m,
+        deadline: None,
+        precondition: Some(check.clone()),
+    };
+    let hold = test.hold(Op::Create, "w/log/");
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { submit(&c, publish("/a.md", "one")).await }
+    });
+    hold.wait_held(1).await;
+    // While the slot holding "one" is held, a write judged on it reads it from the pipeline,
+    // and the write after it reads the version just built beside it.
+    let later = tokio::spawn({
+        let c = c.clone();
+        let (two, three) = (
+            checked(publish("/a.md", "two")),
+            checked(publish("/a.md", "three")),
+        );
+        async move { tokio::join!(c.submit(two), c.submit(three)) }
+    });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    drop(hold);
+    first.await.unwrap().unwrap();
+    let (two, three) = later.await.unwrap();
+    assert_eq!(
+        (two.unwrap().doc.version, three.unwrap().doc.version),
+        (2, 3)
+    );
+    // Once confirmed, the newest version is read from the version cache.
+    submit(&c, checked(publish("/a.md", "four")).mutation)
+        .await
+        .unwrap();
+    let _ = c.submit(checked(publish("/a.md", "five"))).await.unwrap();
+    let seen = check.0.lock().unwrap().clone();
+    let bodies: Vec<Option<&str>> = seen.iter().map(|b| b.as_deref()).collect();
+    assert_eq!(bodies, [Some("one"), Some("two"), Some("four")]);
+}

@@ -180,6 +180,11 @@ impl Actor {
     pub(super) async fn add_member(&mut self, batch: &mut Batch, mut pending: Pending) {
         let path = pending.request.mutation.path().ok();
         let result = self.build_member(batch, &mut pending).await;
+        if let MemberOutcome::Write { change, .. } = &result
+            && let (Some(write), Some(bytes)) = (&change.entry.write, &change.version_bytes)
+        {
+            self.built.insert(write.hash, bytes.clone());
+        }
         if let Some(blob) = blob_of(&result) {
             self.stage_blob(&blob);
             batch.blobs.push(blob);
@@ -266,7 +271,7 @@ impl Actor {
             .request
             .precondition
             .as_ref()
-            .map(|_| self.pending_versions(batch));
+            .map(|_| self.pending_versions());
         let working = &mut batch.working;
         let built = build::build(
             working,
@@ -303,7 +308,7 @@ impl Actor {
             batch.inline_used += bytes.len();
             write.inline = Some(bytes.clone());
         }
-        if let Err(why) = working.apply_entry(&change.entry, Some(provisional_record(&change))) {
+        if let Err(why) = working.apply_built(&change.entry, Some(provisional_record(&change))) {
             return MemberOutcome::Answer(Err(Error::integrity(
                 mutation.op(),
                 mutation.raw_path(),
@@ -321,22 +326,9 @@ impl Actor {
     /// read ahead, or read now.
     /// What a precondition judged on `batch`'s working state may read before the bucket
     /// holds it: the versions built in `batch` and every batch in the pipeline.
-    fn pending_versions(&self, batch: &Batch) -> PendingVersions {
-        let pipeline: Vec<(Hash, Bytes)> = std::iter::once(batch)
-            .chain(self.batches.iter())
-            .flat_map(|b| &b.members)
-            .filter_map(|m| match &m.result {
-                MemberOutcome::Write { change, .. } => change
-                    .entry
-                    .write
-                    .as_ref()
-                    .map(|w| w.hash)
-                    .zip(change.version_bytes.clone()),
-                MemberOutcome::Answer(_) => None,
-            })
-            .collect();
+    fn pending_versions(&self) -> PendingVersions {
         PendingVersions {
-            pipeline: pipeline.into(),
+            pipeline: self.built.clone(),
             cache: Some(self.cache.clone()),
         }
     }

@@ -188,7 +188,8 @@ pub trait CommitCheck: Send + Sync + fmt::Debug {
 /// still in the committer's version cache.
 #[derive(Clone, Default)]
 pub struct PendingVersions {
-    pipeline: Arc<[(Hash, Bytes)]>,
+    /// A persistent map, so handing it to each member's check costs nothing.
+    pipeline: imbl::HashMap<Hash, Bytes>,
     cache: Option<Arc<Mutex<VersionCache>>>,
 }
 
@@ -203,15 +204,11 @@ impl fmt::Debug for PendingVersions {
 impl PendingVersions {
     /// The bytes of the version whose stored bytes hash to `hash`, when it was built here.
     pub fn get(&self, hash: &Hash) -> Option<Bytes> {
-        self.pipeline
-            .iter()
-            .find(|(h, _)| h == hash)
-            .map(|(_, bytes)| bytes.clone())
-            .or_else(|| {
-                self.cache
-                    .as_ref()
-                    .and_then(|cache| cache.lock().expect("cache lock poisoned").get(hash))
-            })
+        self.pipeline.get(hash).cloned().or_else(|| {
+            self.cache
+                .as_ref()
+                .and_then(|cache| cache.lock().expect("cache lock poisoned").get(hash))
+        })
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rand::Rng;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
@@ -66,6 +67,11 @@ pub(super) struct Actor {
     /// (or once idle, or past [`RELEASED_KEPT`]): freeing the nodes only they held is work
     /// the answers and the next seal need not wait for.
     released: Vec<WorldState>,
+    /// The bytes of every version built since the pipeline was last empty, by hash: what a
+    /// member's check may read before the bucket holds it ([`PendingVersions`]). Versions
+    /// of confirmed batches move to the version cache; a failed batch's stay until the
+    /// pipeline empties, which is harmless: a check asks only for versions its state holds.
+    pub(super) built: imbl::HashMap<Hash, Bytes>,
     /// When a peer last contended for this store's names with hints flowing: lost a slot
     /// to it, beat it to one, or took a turn it was offered.
     pub(super) contended: Option<Instant>,
@@ -157,6 +163,7 @@ impl Actor {
             handoff_until: None,
             gather: None,
             released: Vec::new(),
+            built: imbl::HashMap::new(),
             contended: None,
             writers: VecDeque::new(),
             tail_landed: Instant::now(),
@@ -277,6 +284,9 @@ impl Actor {
         if self.creating.is_some() || idle || self.released.len() > RELEASED_KEPT {
             // Nothing else to do until the create lands (or at all).
             self.released.clear();
+        }
+        if idle {
+            self.built = imbl::HashMap::new();
         }
         let now = Instant::now();
         let pauses = [
@@ -721,6 +731,7 @@ impl Actor {
                             (&change.entry.write, &change.version_bytes)
                     {
                         self.cache_insert(write.hash, bytes.clone());
+                        self.built.remove(&write.hash);
                     }
                 }
                 // Forget staged blobs no batch still waits on, so the set stays small.
