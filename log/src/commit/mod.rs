@@ -26,7 +26,9 @@
 //!    answered: [`CommitterConfig::gather`]). It
 //!    takes in the batches behind it while the slot has room (each was built on the one
 //!    before), so writes that arrive while slot `k` is being created, or while the store
-//!    holds for a peer, ride slot `k + 1`.
+//!    holds for a peer, ride slot `k + 1`. Sealing a batch built on the tail settles its
+//!    working state (the slot's inline versions located) into the slot's result rather
+//!    than applying the slot to the tail a second time.
 //!
 //!    Slot `k + 1` is created only after slot `k` is confirmed, and every member (answers
 //!    included) is answered only once its batch's base is confirmed.
