@@ -875,3 +875,47 @@ async fn a_check_reads_versions_built_in_the_pipeline_and_those_just_confirmed()
     let bodies: Vec<Option<&str>> = seen.iter().map(|b| b.as_deref()).collect();
     assert_eq!(bodies, [Some("one"), Some("two"), Some("four")]);
 }
+
+/// Two stores racing for one document for many rounds: every lost race rebuilds members
+/// whose versions never commit, and the versions a committer keeps for its checks stay
+/// bounded by its pipeline instead of piling up.
+#[tokio::test(start_paused = true)]
+async fn versions_of_rebuilt_members_do_not_pile_up_under_contention() {
+    let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
+    let writers = 8;
+    let committers: Vec<Committer> = (0..2u8)
+        .map(|i| {
+            let wrapped = jittered(memory.clone(), 3..12, u64::from(i) + 7);
+            start(wrapped, WorldState::genesis(WORLD), i + 1, |_| {})
+        })
+        .collect();
+    let check = Arc::new(ReadsCurrent::default());
+    let mut tasks = Vec::new();
+    for (s, c) in committers.iter().enumerate() {
+        for w in 0..writers {
+            let (c, check) = (c.clone(), check.clone());
+            tasks.push(tokio::spawn(async move {
+                for r in 0..60 {
+                    let request = CommitRequest {
+                        mutation: publish("/shared.md", &format!("{s} {w} {r}")),
+                        deadline: None,
+                        precondition: Some(check.clone()),
+                    };
+                    let _ = c.submit(request).await;
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for c in &committers {
+        let stats = c.stats();
+        assert!(stats.members_rebuilt > 100, "{stats:?}");
+        // At most both pipeline batches of every writer twice over, and the slack.
+        assert!(
+            stats.pipeline_versions_most <= 4 * writers + 64,
+            "{stats:?}"
+        );
+    }
+}

@@ -74,6 +74,19 @@ impl Batch {
     }
 }
 
+/// A written member's version: its hash and stored bytes.
+pub(super) fn version_of(result: &MemberOutcome) -> Option<(Hash, Bytes)> {
+    match result {
+        MemberOutcome::Write { change, .. } => change
+            .entry
+            .write
+            .as_ref()
+            .map(|w| w.hash)
+            .zip(change.version_bytes.clone()),
+        MemberOutcome::Answer(_) => None,
+    }
+}
+
 /// The blob a member's version needs, if it is not inline.
 fn blob_of(result: &MemberOutcome) -> Option<(Hash, Bytes)> {
     match result {
@@ -180,10 +193,11 @@ impl Actor {
     pub(super) async fn add_member(&mut self, batch: &mut Batch, mut pending: Pending) {
         let path = pending.request.mutation.path().ok();
         let result = self.build_member(batch, &mut pending).await;
-        if let MemberOutcome::Write { change, .. } = &result
-            && let (Some(write), Some(bytes)) = (&change.entry.write, &change.version_bytes)
-        {
-            self.built.insert(write.hash, bytes.clone());
+        if let Some((hash, bytes)) = version_of(&result) {
+            self.built.insert(hash, bytes);
+            let held = self.built.len();
+            let mut stats = self.shared.stats();
+            stats.pipeline_versions_most = stats.pipeline_versions_most.max(held);
         }
         if let Some(blob) = blob_of(&result) {
             self.stage_blob(&blob);
@@ -322,10 +336,8 @@ impl Actor {
         MemberOutcome::Write { change, summary }
     }
 
-    /// The current version of an append's document: built in the pipeline, cached, being
-    /// read ahead, or read now.
-    /// What a precondition judged on `batch`'s working state may read before the bucket
-    /// holds it: the versions built in `batch` and every batch in the pipeline.
+    /// What a precondition may read before the bucket holds it: the versions built in the
+    /// pipeline, then the version cache.
     fn pending_versions(&self) -> PendingVersions {
         PendingVersions {
             pipeline: self.built.clone(),
@@ -333,6 +345,8 @@ impl Actor {
         }
     }
 
+    /// The current version of an append's document: built in the pipeline, cached, being
+    /// read ahead, or read now.
     async fn append_base(
         &mut self,
         batch: &Batch,

@@ -384,6 +384,9 @@ pub struct CommitStats {
     /// Times the batch about to be sealed took in the batches queued behind it (writes
     /// that overflowed it while it waited ride its slot).
     pub batches_absorbed: u64,
+    /// The most versions the committer held at once for its members' checks: bounded by
+    /// what its pipeline holds, however many members failed or were rebuilt.
+    pub pipeline_versions_most: usize,
 }
 
 /// How many of the newest batch sizes [`CommitStats::batch_sizes`] keeps.
@@ -593,6 +596,7 @@ impl Committer {
             handoffs: stats.handoffs,
             listening_pauses: stats.listening_pauses,
             batches_absorbed: stats.batches_absorbed,
+            pipeline_versions_most: stats.pipeline_versions_most,
         }
     }
 

@@ -13,7 +13,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::BATCH_SIZES_KEPT;
-use super::batch::{Batch, MemberOutcome, Touched, answer_batch, writes_nothing};
+use super::batch::{Batch, MemberOutcome, Touched, answer_batch, version_of, writes_nothing};
 use super::create::{CreateOutcome, SlotCreate, create_slot};
 use super::shared::{ABANDONED, Msg, Pending, QUEUED, Shared, TAKEN, abandon};
 use super::shed::Folded;
@@ -35,6 +35,10 @@ enum Event {
 
 /// The most replaced states kept for freeing later (no-op batches answer without a create).
 const RELEASED_KEPT: usize = 16;
+
+/// How many versions of members no longer in the pipeline `Actor::built` may hold before it
+/// is rebuilt from the pipeline.
+const BUILT_SLACK: usize = 64;
 
 pub(super) struct Actor {
     pub(super) shared: Arc<Shared>,
@@ -67,10 +71,11 @@ pub(super) struct Actor {
     /// (or once idle, or past [`RELEASED_KEPT`]): freeing the nodes only they held is work
     /// the answers and the next seal need not wait for.
     released: Vec<WorldState>,
-    /// The bytes of every version built since the pipeline was last empty, by hash: what a
-    /// member's check may read before the bucket holds it ([`PendingVersions`]). Versions
-    /// of confirmed batches move to the version cache; a failed batch's stay until the
-    /// pipeline empties, which is harmless: a check asks only for versions its state holds.
+    /// The bytes of the versions built in the pipeline, by hash: what a member's check may
+    /// read before the bucket holds it ([`PendingVersions`]). Versions of confirmed batches
+    /// move to the version cache. Those of members that failed or were rebuilt stay until
+    /// the map outgrows the pipeline by [`BUILT_SLACK`], which is harmless: a check asks
+    /// only for versions its state holds.
     pub(super) built: imbl::HashMap<Hash, Bytes>,
     /// When a peer last contended for this store's names with hints flowing: lost a slot
     /// to it, beat it to one, or took a turn it was offered.
@@ -285,8 +290,16 @@ impl Actor {
             // Nothing else to do until the create lands (or at all).
             self.released.clear();
         }
-        if idle {
-            self.built = imbl::HashMap::new();
+        let members: usize = self.batches.iter().map(|b| b.members.len()).sum();
+        if self.built.len() > 2 * members + BUILT_SLACK {
+            // Members that failed, were requeued or were rebuilt left versions no batch
+            // holds: keep only the pipeline's.
+            self.built = self
+                .batches
+                .iter()
+                .flat_map(|b| &b.members)
+                .filter_map(|m| version_of(&m.result))
+                .collect();
         }
         let now = Instant::now();
         let pauses = [
