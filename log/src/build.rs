@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::ids::{Hash, OperationId, Timestamp};
 use crate::metadata::{self, Catalog, Metadata};
-use crate::model::DocSummary;
+use crate::model::{DocSummary, Location, VersionRecord};
 use crate::path::DocPath;
 use crate::slot::{Entry, EntryOp, EntryWrite};
 use crate::state::WorldState;
@@ -105,6 +105,22 @@ pub struct Change {
     /// Versions removed by retention (`from..=to`).
     pub prune: Option<(u64, u64)>,
     pub prepared: PreparedWrite,
+}
+
+impl Change {
+    /// A version record for chaining changes before their slot exists: its location is
+    /// settled when the slot is sealed ([`WorldState::settle`]).
+    pub(crate) fn provisional_record(&self) -> VersionRecord {
+        let write = self.entry.write.as_ref();
+        VersionRecord {
+            version: self.entry.current,
+            hash: write.map_or(Hash([0; 32]), |w| w.hash),
+            body_hash: self.entry.body_hash,
+            modified: self.entry.modified,
+            size: write.map_or(0, |w| w.size),
+            location: Location::Blob,
+        }
+    }
 }
 
 fn err(op: Op, path: &DocPath, kind: ErrorKind, detail: impl Into<String>) -> Error {

@@ -31,6 +31,22 @@ fn doc_version(state: &WorldState, path: &str) -> Option<u64> {
     state.doc(&DocPath::parse(path).unwrap()).map(|d| d.current)
 }
 
+/// Holds slot creates on `test` and submits `mutation` to `c`: returns once its create is
+/// held, with the hold (dropping it lets the create through) and the write's answer.
+async fn first_write_held(
+    test: &Simulated,
+    c: &Committer,
+    mutation: Mutation,
+) -> (quire_blob::Hold, tokio::task::JoinHandle<Result<Outcome>>) {
+    let hold = test.hold(Op::Create, "w/log/");
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { submit(&c, mutation).await }
+    });
+    hold.wait_held(1).await;
+    (hold, first)
+}
+
 #[tokio::test(start_paused = true)]
 async fn single_store_semantics() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
@@ -241,12 +257,7 @@ async fn expired_queued_requests_never_commit() {
     let c = start(test.clone(), WorldState::genesis(WORLD), 1, |c| {
         c.pipeline = 1
     });
-    let hold = test.hold(Op::Create, "w/log/");
-    let first = tokio::spawn({
-        let c = c.clone();
-        async move { submit(&c, publish("/first.md", "1")).await }
-    });
-    hold.wait_held(1).await;
+    let (hold, first) = first_write_held(&test, &c, publish("/first.md", "1")).await;
     let mut late = CommitRequest::new(publish("/late.md", "2"));
     late.deadline = Some(tokio::time::Instant::now() + Duration::from_millis(100));
     let queued = tokio::spawn({
@@ -759,12 +770,7 @@ async fn appends_chain_on_versions_still_in_the_pipeline() {
         1,
         |_| {},
     );
-    let hold = test.hold(Op::Create, "w/log/");
-    let first = tokio::spawn({
-        let c = c.clone();
-        async move { submit(&c, publish("/a.md", "one")).await }
-    });
-    hold.wait_held(1).await;
+    let (hold, first) = first_write_held(&test, &c, publish("/a.md", "one")).await;
     // While slot 2 is held, two appends build on its unconfirmed version and on each other.
     let appends = tokio::spawn({
         let c = c.clone();
@@ -829,30 +835,29 @@ impl quire_log::commit::CommitCheck for ReadsCurrent {
     }
 }
 
+/// `mutation` with `check` as its precondition.
+fn checked(mutation: Mutation, check: &Arc<ReadsCurrent>) -> CommitRequest {
+    CommitRequest {
+        mutation,
+        deadline: None,
+        precondition: Some(check.clone()),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_check_reads_versions_built_in_the_pipeline_and_those_just_confirmed() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
     let test = simulated(memory.clone());
     let c = start(test.clone(), WorldState::genesis(WORLD), 1, |_| {});
     let check = Arc::new(ReadsCurrent::default());
-    let checked = |m: Mutation| CommitRequest {
-        mutation: m,
-        deadline: None,
-        precondition: Some(check.clone()),
-    };
-    let hold = test.hold(Op::Create, "w/log/");
-    let first = tokio::spawn({
-        let c = c.clone();
-        async move { submit(&c, publish("/a.md", "one")).await }
-    });
-    hold.wait_held(1).await;
+    let (hold, first) = first_write_held(&test, &c, publish("/a.md", "one")).await;
     // While the slot holding "one" is held, a write judged on it reads it from the pipeline,
     // and the write after it reads the version just built beside it.
     let later = tokio::spawn({
         let c = c.clone();
         let (two, three) = (
-            checked(publish("/a.md", "two")),
-            checked(publish("/a.md", "three")),
+            checked(publish("/a.md", "two"), &check),
+            checked(publish("/a.md", "three"), &check),
         );
         async move { tokio::join!(c.submit(two), c.submit(three)) }
     });
@@ -867,10 +872,11 @@ async fn a_check_reads_versions_built_in_the_pipeline_and_those_just_confirmed()
         (2, 3)
     );
     // Once confirmed, the newest version is read from the version cache.
-    submit(&c, checked(publish("/a.md", "four")).mutation)
+    submit(&c, publish("/a.md", "four")).await.unwrap();
+    let _ = c
+        .submit(checked(publish("/a.md", "five"), &check))
         .await
         .unwrap();
-    let _ = c.submit(checked(publish("/a.md", "five"))).await.unwrap();
     let seen = check.0.lock().unwrap().clone();
     let bodies: Vec<Option<&str>> = seen.iter().map(|b| b.as_deref()).collect();
     assert_eq!(bodies, [Some("one"), Some("two"), Some("four")]);
@@ -896,12 +902,10 @@ async fn versions_of_rebuilt_members_do_not_pile_up_under_contention() {
             let (c, check) = (c.clone(), check.clone());
             tasks.push(tokio::spawn(async move {
                 for r in 0..60 {
-                    let request = CommitRequest {
-                        mutation: publish("/shared.md", &format!("{s} {w} {r}")),
-                        deadline: None,
-                        precondition: Some(check.clone()),
-                    };
-                    let _ = c.submit(request).await;
+                    let body = format!("{s} {w} {r}");
+                    let _ = c
+                        .submit(checked(publish("/shared.md", &body), &check))
+                        .await;
                 }
             }));
         }

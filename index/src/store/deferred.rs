@@ -329,6 +329,18 @@ mod tests {
 
     use super::*;
 
+    /// A new file of `size` zero bytes at `path`, open to read and write.
+    fn sized_file(path: &std::path::Path, size: u64) -> std::fs::File {
+        let handle = std::fs::OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        handle.set_len(size).unwrap();
+        handle
+    }
+
     /// A deferred file of `size` bytes in parts of 4, whose part `i` holds bytes `i`, and
     /// whose fetches are counted (and fail while `failing` is set).
     fn file(
@@ -349,12 +361,7 @@ mod tests {
             file.write_part(part, &vec![part as u8; (range.end - range.start) as usize])
         });
         let path = dir.path().join("f.store");
-        let handle = std::fs::OpenOptions::new()
-            .create_new(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        handle.set_len(size).unwrap();
+        let handle = sized_file(&path, size);
         let file = DeferredFile::new("f.store", size, 4, handle, fetch).unwrap();
         (Arc::new(file), fetches, failing)
     }
@@ -426,13 +433,7 @@ mod tests {
             file.write_part(part, &bytes[range.start as usize..range.end as usize])
         });
         let path = dir.path().join("f.store");
-        let handle = std::fs::OpenOptions::new()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        handle.set_len(size).unwrap();
+        let handle = sized_file(&path, size);
         let file = DeferredFile::new("f.store", size, 4096, handle, fetch).unwrap();
         let refused = file.checksum_ok().unwrap_err();
         assert!(

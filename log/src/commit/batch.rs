@@ -11,7 +11,7 @@ use crate::build::{self, BuildLimits, Built, Change, Mutation};
 use crate::error::{Error, Op, Result};
 use crate::ids::Hash;
 use crate::keys;
-use crate::model::{DocSummary, Location, VersionRecord};
+use crate::model::DocSummary;
 use crate::path::DocPath;
 use crate::slot::{EncodedSlot, Slot};
 use crate::state::WorldState;
@@ -141,20 +141,6 @@ impl Touched {
     }
 }
 
-/// A version record for chaining members before the slot exists (its location is settled
-/// when the slot is sealed).
-fn provisional_record(change: &Change) -> VersionRecord {
-    let write = change.entry.write.as_ref();
-    VersionRecord {
-        version: change.entry.current,
-        hash: write.map_or(Hash([0; 32]), |w| w.hash),
-        body_hash: change.entry.body_hash,
-        modified: change.entry.modified,
-        size: write.map_or(0, |w| w.size),
-        location: Location::Blob,
-    }
-}
-
 /// Answers every member of a confirmed batch (`first`: its slot's first sequence), and
 /// returns its working state for the caller to free.
 pub(super) fn answer_batch(batch: Batch, first: Option<u64>) -> WorldState {
@@ -232,7 +218,7 @@ impl Actor {
                 let applies = match &member.result {
                     MemberOutcome::Write { change, .. } => batch
                         .working
-                        .apply_entry(&change.entry, Some(provisional_record(change)))
+                        .apply_entry(&change.entry, Some(change.provisional_record()))
                         .is_ok(),
                     MemberOutcome::Answer(_) => true,
                 };
@@ -322,7 +308,7 @@ impl Actor {
             batch.inline_used += bytes.len();
             write.inline = Some(bytes.clone());
         }
-        if let Err(why) = working.apply_built(&change.entry, Some(provisional_record(&change))) {
+        if let Err(why) = working.apply_built(&change.entry, Some(change.provisional_record())) {
             return MemberOutcome::Answer(Err(Error::integrity(
                 mutation.op(),
                 mutation.raw_path(),

@@ -557,16 +557,9 @@ mod tests {
         let mut changes = Vec::new();
         for (i, (mutation, inline)) in mutations.iter().enumerate() {
             let c = change(&working, mutation, 40 + i as u8, *inline, &bases);
-            let write = c.entry.write.as_ref();
-            let provisional = write.map(|w| VersionRecord {
-                version: c.entry.current,
-                hash: w.hash,
-                body_hash: c.entry.body_hash,
-                modified: c.entry.modified,
-                size: w.size,
-                location: Location::Blob,
-            });
-            working.apply_entry(&c.entry, provisional).unwrap();
+            working
+                .apply_entry(&c.entry, Some(c.provisional_record()))
+                .unwrap();
             changes.push(c);
         }
         let slot = seal(&base, &changes);
