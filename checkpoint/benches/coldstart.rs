@@ -271,7 +271,10 @@ async fn writes(args: &Args) {
     let mut steady = Vec::new();
     for k in 0..args.intervals {
         let base_grid = replica.base().root.tiers[0].grid;
-        let middle_grid = replica.base().root.tiers[1].grid;
+        // The highest tier below the top: the newest run, or the base.
+        let below_top =
+            |root: &quire_checkpoint::format::Root| root.tiers[root.tiers.len() - 2].grid;
+        let run_grid = below_top(&replica.base().root);
         generator
             .rewrites(&replica, docs, args.writes, 16, &mut rng, |_| {})
             .await;
@@ -283,8 +286,8 @@ async fn writes(args: &Args) {
         let full = replica.base().root.tiers[0].grid != base_grid;
         let kind = if full {
             "full (base rebuilt)"
-        } else if replica.base().root.tiers[1].grid != middle_grid {
-            "middle rebuilt"
+        } else if below_top(&replica.base().root) != run_grid {
+            "runs added"
         } else {
             "incremental"
         };

@@ -10,8 +10,8 @@
 //! second (default 250), committed `P` writes to a slot (default 10: the 0.10 slots per
 //! write the committer reaches at that rate), each interval followed by a checkpoint. `K`
 //! defaults to one base period: enough intervals to pass the base tier's grid width, so the
-//! run holds one base rebuild and the middle rebuilds and top-only checkpoints between two
-//! base rebuilds, in the proportions a store that keeps writing sees them (a shorter run
+//! run holds one base rebuild and the checkpoints that add runs or rewrite only the top
+//! between two base rebuilds, in the proportions a store that keeps writing sees them (a shorter run
 //! that happens to cross the base grid overstates the bytes a write costs, one that does
 //! not understates them). Every request goes through the real-GCS latency model (ADR 0036)
 //! on a paused clock, so simulated seconds are the bucket's and wall seconds are this
@@ -193,12 +193,15 @@ async fn run(args: Args) {
         .unwrap_or_else(|| DEFAULT_WIDTHS[0].div_ceil(writes) as usize);
     let mut kinds: [Kind; 3] = [
         Kind::new("top only"),
-        Kind::new("middle rebuilt"),
+        Kind::new("runs added"),
         Kind::new("base rebuilt"),
     ];
     for k in 0..intervals {
         let base_grid = writer_replica.base().root.tiers[0].grid;
-        let middle_grid = writer_replica.base().root.tiers[1].grid;
+        // The highest tier below the top: the newest run, or the base.
+        let below_top =
+            |root: &quire_checkpoint::format::Root| root.tiers[root.tiers.len() - 2].grid;
+        let run_grid = below_top(&writer_replica.base().root);
         // The slots go one after the other, each as soon as the bucket took the one
         // before (a create's 40 ms, about the committer's pace at 250 writes a second);
         // the interval lasts at least its length.
@@ -247,7 +250,7 @@ async fn run(args: Args) {
         slowest = (slowest.0.max(simulated), slowest.1.max(wall));
         let kind = if writer_replica.base().root.tiers[0].grid != base_grid {
             &mut kinds[2]
-        } else if writer_replica.base().root.tiers[1].grid != middle_grid {
+        } else if below_top(&writer_replica.base().root) != run_grid {
             &mut kinds[1]
         } else {
             &mut kinds[0]
@@ -319,7 +322,7 @@ async fn run(args: Args) {
     }
     let per_write = |kind: &Kind| kind.bytes as f64 / n;
     println!(
-        "checkpoint bytes per write by kind: top only {:.0} + middle rebuilt {:.0} + base rebuilt {:.0}",
+        "checkpoint bytes per write by kind: top only {:.0} + runs added {:.0} + base rebuilt {:.0}",
         per_write(&kinds[0]),
         per_write(&kinds[1]),
         per_write(&kinds[2])

@@ -2,9 +2,10 @@
 //! one object alone. See `docs/FORMAT.md` for the layout and the reasons behind it.
 //!
 //! - **checkpoint** `{schema, world, sequence, root, tip, documents}`;
-//! - **root** `{schema, world, documents, widths, tiers}`: [`TIERS`] tiers, each
-//!   `{grid, cut, documents, bits, shards}` with exactly `2^bits` shard references (`null` for
-//!   an empty shard);
+//! - **root** `{schema, world, documents, widths, tiers, sealed}`: the base tier, the runs
+//!   (one per grid point of the narrower width since the base's; schema 2 has one middle
+//!   tier instead) and the top tier, each `{grid, cut, documents, bits, shards}` with exactly
+//!   `2^bits` shard references (`null` for an empty shard);
 //! - **shard** `{schema, bits, shard, entries}`: entries strictly path-sorted, each an array
 //!   `[path, current, first, archived, body_hash, modified, title, metadata, etag, size,
 //!   location, history]`, every path hashing into this shard;
@@ -28,12 +29,19 @@ use crate::error::{Error, Op, Result};
 use crate::strict::{Read as ReadResult, Reader};
 use quire_log::cbor;
 
-/// The schema number of the roots and shards this format writes: schema 2 (history packed
-/// by epoch, a tier's shard bits from its own count, entries naming their last change).
-pub const SCHEMA: u32 = 2;
-/// The schema of roots and shards written before packs: read, and moved to [`SCHEMA`] by the
-/// next checkpoint. Checkpoint objects and history blocks keep this number: their bytes did
-/// not change.
+/// The schema number of the roots this format writes: schema 3 (between the base and the top
+/// tier, one run per grid point of the narrower width, each written once).
+pub const SCHEMA: u32 = 3;
+/// The schema of roots with one middle tier rebuilt at each grid point (history packed by
+/// epoch, a tier's shard bits from its own count, entries naming their last change): read,
+/// and written until a checkpoint can write runs (see [`Root::runs`]).
+pub const PACKED_SCHEMA: u32 = 2;
+/// The schema of the shards roots of [`PACKED_SCHEMA`] and [`SCHEMA`] name: a run's shard is
+/// encoded as a middle tier's was.
+pub const SHARD_SCHEMA: u32 = 2;
+/// The schema of roots and shards written before packs: read, and moved to a later schema by
+/// the next checkpoint. Checkpoint objects and history blocks keep this number: their bytes
+/// did not change.
 pub const LEGACY_SCHEMA: u32 = 1;
 /// The schema number of checkpoint objects and history blocks.
 pub const BLOCK_SCHEMA: u32 = 1;
@@ -48,10 +56,15 @@ pub const MAX_SHARD_BITS: u8 = 16;
 pub const MAX_DOCUMENTS: u64 = DOCS_PER_SHARD << MAX_SHARD_BITS;
 /// Versions per absolute history block: block `k` holds versions `256k+1..=256(k+1)`.
 pub const HISTORY_BLOCK: u64 = 256;
-/// Tiers in a root: the base, the middle and the top tier.
+/// Tiers in a schema-1 or schema-2 root: the base, the middle and the top tier. A root of
+/// [`SCHEMA`] has the base, its runs and the top; either is laid out by `TIERS - 1` widths.
 pub const TIERS: usize = 3;
-/// The grid widths (in sequences) of the base and middle tiers a new world gets.
-pub const DEFAULT_WIDTHS: [u64; TIERS - 1] = [1 << 19, 1 << 16];
+/// The grid widths (in sequences) a new world gets: the base tier's, and the runs' (a
+/// schema-2 world's middle tier's).
+pub const DEFAULT_WIDTHS: [u64; TIERS - 1] = [1 << 19, 1 << 13];
+/// The most runs a root may hold: a world whose base width is more than `MAX_RUNS + 1`
+/// times its run width keeps schema 2.
+pub const MAX_RUNS: u64 = 1023;
 
 /// The shard bits for `documents`: the smallest `b` ≤ 16 with `documents ≤ 256·2^b`.
 pub fn shard_bits(documents: u64) -> u8 {
@@ -92,6 +105,32 @@ pub fn epoch_width(widths: &[u64; TIERS - 1]) -> u64 {
 /// above it.
 pub fn grid(width: u64, sequence: u64) -> u64 {
     sequence / width * width
+}
+
+/// Whether `widths` allow runs: at most [`MAX_RUNS`] run grid points per base period.
+pub fn runs_fit(widths: &[u64; TIERS - 1]) -> bool {
+    widths[1] > 0 && widths[0] / widths[1] <= MAX_RUNS + 1
+}
+
+/// How many runs a root of `widths` at `sequence` holds: the grid points of the run width
+/// after the base tier's, up to the sequence.
+pub fn run_count(widths: &[u64; TIERS - 1], sequence: u64) -> u64 {
+    (grid(widths[1], sequence) - grid(widths[0], sequence)) / widths[1]
+}
+
+/// The grid points of a root's tiers at `sequence`, base first and the top (`sequence`
+/// itself) last: with `runs`, one per run grid point after the base's; else the middle
+/// tier's.
+pub fn tier_grids(widths: &[u64; TIERS - 1], sequence: u64, runs: bool) -> Vec<u64> {
+    let base = grid(widths[0], sequence);
+    let mut grids = vec![base];
+    if runs {
+        grids.extend((1..=run_count(widths, sequence)).map(|k| base + k * widths[1]));
+    } else {
+        grids.push(grid(widths[1], sequence));
+    }
+    grids.push(sequence);
+    grids
 }
 
 /// The absolute history block holding `version` (versions start at 1).
@@ -224,14 +263,21 @@ impl Tier {
     }
 }
 
-/// A root: the world's documents, in [`TIERS`] tiers of shards.
+/// A root: the world's documents, in tiers of shards.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Root {
     pub world: WorldId,
     pub documents: u64,
     /// The grid widths of the tiers below the top, fixed for a world at genesis.
     pub widths: [u64; TIERS - 1],
+    /// Base first, top last: [`TIERS`] tiers, or with `runs` the base, each run and the top.
     pub tiers: Vec<Tier>,
+    /// Schema 3: between the base and the top tier lie runs, one per grid point of
+    /// `widths[1]` after the base's, each holding the documents whose last change falls
+    /// after the run before it (or the base) as they stood at its cut. A run is written
+    /// once, when a checkpoint first passes its grid point, and named unchanged until the
+    /// base moves. Else (schemas 1 and 2) one middle tier holds every change since the base.
+    pub runs: bool,
     /// Schema 2: the cut of the newest history-epoch grid point at or before the
     /// checkpoint (the end of the slot holding it; 1 at or before genesis): every epoch
     /// ending there or before is sealed into packs. `None`: a schema-1 root.
@@ -274,7 +320,7 @@ impl Root {
     pub fn encode(&self) -> Bytes {
         match self.sealed {
             Some(sealed) => Bytes::from(cbor::encode(&RootWireV2 {
-                schema: SCHEMA,
+                schema: if self.runs { SCHEMA } else { PACKED_SCHEMA },
                 world: self.world,
                 documents: self.documents,
                 widths: self.widths.to_vec(),
@@ -291,10 +337,19 @@ impl Root {
         }
     }
 
-    /// The schema of the root and of the shards it names.
+    /// The schema of the root.
     pub fn schema(&self) -> u32 {
+        match (self.sealed, self.runs) {
+            (None, _) => LEGACY_SCHEMA,
+            (Some(_), false) => PACKED_SCHEMA,
+            (Some(_), true) => SCHEMA,
+        }
+    }
+
+    /// The schema of the shards the root names.
+    pub fn shard_schema(&self) -> u32 {
         if self.sealed.is_some() {
-            SCHEMA
+            SHARD_SCHEMA
         } else {
             LEGACY_SCHEMA
         }
@@ -304,7 +359,7 @@ impl Root {
     pub fn decode(key: &str, bytes: &[u8], checkpoint: &Checkpoint) -> Result<Root> {
         let bad = |why: String| Error::integrity(Op::Decode, key, why);
         let wire = match cbor::decode_strict::<RootWireV2>(bytes) {
-            Ok(v2) if v2.schema == SCHEMA => RootWire {
+            Ok(v2) if v2.schema == SCHEMA || v2.schema == PACKED_SCHEMA => RootWire {
                 schema: v2.schema,
                 world: v2.world,
                 documents: v2.documents,
@@ -322,6 +377,7 @@ impl Root {
             }
         };
         let (wire, sealed) = wire;
+        let runs = wire.schema == SCHEMA;
         let widths: [u64; TIERS - 1] = wire
             .widths
             .as_slice()
@@ -333,6 +389,7 @@ impl Root {
             widths,
             tiers: wire.tiers,
             sealed,
+            runs,
         };
         root.check(checkpoint).map_err(bad)?;
         Ok(root)
@@ -352,15 +409,22 @@ impl Root {
         if !widths_are_valid(&self.widths) {
             return Err(format!("invalid tier widths {:?}", self.widths));
         }
-        if self.tiers.len() != TIERS {
-            return Err(format!("{} tiers, not {TIERS}", self.tiers.len()));
+        if self.runs && !runs_fit(&self.widths) {
+            return Err(format!("runs under tier widths {:?}", self.widths));
         }
+        let expected = if self.runs {
+            run_count(&self.widths, s) as usize + 2
+        } else {
+            TIERS
+        };
+        if self.tiers.len() != expected {
+            return Err(format!("{} tiers, not {expected}", self.tiers.len()));
+        }
+        let grids = tier_grids(&self.widths, s, self.runs);
+        let top = self.tiers.len() - 1;
         let mut previous: Option<&Tier> = None;
         for (j, tier) in self.tiers.iter().enumerate() {
-            let expected_grid = match self.widths.get(j) {
-                Some(width) => grid(*width, s),
-                None => s,
-            };
+            let expected_grid = grids[j];
             if tier.grid != expected_grid {
                 return Err(format!(
                     "tier {j} cut at grid {} for sequence {s}",
@@ -375,7 +439,7 @@ impl Root {
                     tier.cut, tier.grid
                 ));
             }
-            if j == TIERS - 1 && tier.cut != s {
+            if j == top && tier.cut != s {
                 return Err("the top tier is not cut at the checkpoint".into());
             }
             if self.sealed.is_some() && tier.bits != shard_bits(tier.documents) {
@@ -405,7 +469,7 @@ impl Root {
             previous = Some(tier);
         }
         match self.sealed {
-            None if self.tiers[TIERS - 1].bits != shard_bits(self.documents) => {
+            None if self.tiers[top].bits != shard_bits(self.documents) => {
                 return Err("top tier bits do not match the document count".into());
             }
             None => {}
@@ -486,7 +550,7 @@ fn entry_fields(doc: &DocState, history: &[HistoryBlockRef]) -> EntryFields {
     )
 }
 
-/// Encodes shard `index` under `bits` in [`SCHEMA`]: each document with the history
+/// Encodes shard `index` under `bits` in [`SHARD_SCHEMA`]: each document with the history
 /// references that hold its versions and its last change. `docs` must be path-sorted and
 /// belong to the shard.
 pub fn encode_shard_entries(bits: u8, index: u32, docs: &[ShardDoc<'_>]) -> Bytes {
@@ -512,7 +576,7 @@ pub fn encode_shard_entries(bits: u8, index: u32, docs: &[ShardDoc<'_>]) -> Byte
         })
         .collect();
     Bytes::from(cbor::encode(&ShardWire {
-        schema: SCHEMA,
+        schema: SHARD_SCHEMA,
         bits,
         shard: index,
         entries,
@@ -988,7 +1052,7 @@ mod tests {
         let changes = [(&a, &a.history[..], 5), (&b, &b.history[..], 9)];
         let bytes = encode_shard_entries(0, 0, &changes);
         assert_eq!(
-            decode_shard("k", &bytes, SCHEMA, 0, 0, 9).unwrap(),
+            decode_shard("k", &bytes, SHARD_SCHEMA, 0, 0, 9).unwrap(),
             [(a.clone(), 5), (b.clone(), 9)]
         );
         // A shard of the other schema than its root's.
@@ -1073,5 +1137,79 @@ mod tests {
                 .unwrap_err()
                 .is_integrity()
         );
+    }
+
+    /// A root of runs at `sequence` under widths `[64, 16]`: the base, one run per grid
+    /// point of 16 after the base's, the top; each run holding one document.
+    fn runs_root(sequence: u64) -> (Root, Checkpoint) {
+        let widths = [64, 16];
+        let grids = tier_grids(&widths, sequence, true);
+        let last = grids.len() - 1;
+        let tiers: Vec<Tier> = grids
+            .iter()
+            .enumerate()
+            .map(|(j, &g)| Tier {
+                documents: u64::from(j > 0 && j < last),
+                shards: vec![(j > 0 && j < last).then(|| Hash::of(&[j as u8]))],
+                ..Tier::empty(g, if j == last { sequence } else { g.max(1) }, 0)
+            })
+            .collect();
+        let root = Root {
+            world: WorldId([1; 16]),
+            documents: (last - 1) as u64,
+            widths,
+            tiers,
+            sealed: Some(grid(16, sequence).max(1)),
+            runs: true,
+        };
+        let checkpoint = Checkpoint {
+            world: root.world,
+            sequence,
+            root: Hash::of(&root.encode()),
+            tip: Hash::of(b"tip"),
+            documents: root.documents,
+        };
+        (root, checkpoint)
+    }
+
+    #[test]
+    fn a_root_of_runs_round_trips_and_holds_exactly_its_grid_points() {
+        assert_eq!(tier_grids(&[64, 16], 200, true), vec![192, 200]);
+        assert_eq!(
+            tier_grids(&[64, 16], 250, true),
+            vec![192, 208, 224, 240, 250]
+        );
+        assert_eq!(tier_grids(&[64, 16], 250, false), vec![192, 240, 250]);
+        let (root, checkpoint) = runs_root(250);
+        assert_eq!(root.tiers.len(), 5);
+        let bytes = root.encode();
+        let decoded = Root::decode("k", &bytes, &checkpoint).unwrap();
+        assert_eq!(decoded, root);
+        assert_eq!(
+            (decoded.schema(), decoded.shard_schema()),
+            (SCHEMA, SHARD_SCHEMA)
+        );
+
+        let refused = |root: &Root, why: &str| {
+            let bytes = root.encode();
+            let err = Root::decode("k", &bytes, &checkpoint).unwrap_err();
+            assert!(err.is_integrity() && err.to_string().contains(why), "{err}");
+        };
+        let mut missing = root.clone();
+        missing.tiers.remove(2);
+        refused(&missing, "4 tiers, not 5");
+        let mut shifted = root.clone();
+        shifted.tiers[2].grid += 16;
+        refused(&shifted, "tier 2 cut at grid");
+        let mut unordered = root.clone();
+        unordered.tiers.swap(1, 2);
+        refused(&unordered, "cut at grid");
+        let mut wide = root.clone();
+        wide.widths = [1 << 20, 2];
+        refused(&wide, "runs under tier widths");
+        // The same tiers read as schema 2 are refused: it has one middle tier.
+        let mut middle = root.clone();
+        middle.runs = false;
+        refused(&middle, "5 tiers, not 3");
     }
 }

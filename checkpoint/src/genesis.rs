@@ -32,6 +32,7 @@ pub fn genesis_objects(world: WorldId, widths: [u64; TIERS - 1]) -> (Root, Check
         widths,
         tiers,
         sealed: None,
+        runs: false,
     };
     let checkpoint = Checkpoint {
         world,

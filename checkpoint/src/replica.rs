@@ -26,7 +26,7 @@ use quire_log::{
 };
 
 use crate::error::{Error, ErrorKind, Op, Result};
-use crate::format::{Checkpoint, Root, TIERS, decode_shard, epoch_width, grid};
+use crate::format::{Checkpoint, Root, decode_shard, epoch_width, grid, path_hash, shard_of};
 use crate::history::ReadAhead;
 use crate::keys::{checkpoint_key, checkpoint_prefix, parse_checkpoint_key, root_key, shard_key};
 use crate::objects::{get_retrying, read_verified, retrying};
@@ -64,9 +64,18 @@ pub(crate) struct Tracker {
     /// last changed it. Documents loaded from an upper tier carry that tier's cut instead,
     /// which classifies them the same way against every later grid point.
     pub changes: OrdMap<DocPath, u64>,
-    /// Per tier below the top: the state at the newest grid point crossed but not yet held
-    /// by a checkpoint.
-    pub cuts: [Option<Cut>; TIERS - 1],
+    /// The state at the newest grid point of the base width crossed but not yet held by a
+    /// checkpoint.
+    pub base_cut: Option<Cut>,
+    /// The state at the newest grid point of the run width crossed but not yet held by a
+    /// checkpoint: a schema-2 checkpoint's middle tier.
+    pub middle_cut: Option<Cut>,
+    /// The runs ended after the newest base grid point and not yet held by a checkpoint,
+    /// oldest first.
+    pub runs: Vec<Run>,
+    /// Documents changed after the newest run grid point's cut, each with the sequence of
+    /// the change (a path repeats when it changed again).
+    pub run_changes: Vec<(DocPath, u64)>,
     /// Slots applied after the base: their last sequence and hash.
     pub slots: VecDeque<(u64, Hash)>,
     /// The cut of the newest history-epoch grid point the state has reached: changes after
@@ -81,6 +90,17 @@ pub(crate) struct Tracker {
     /// Epochs ended after the base's sealed cut, oldest first: their packs are the next
     /// checkpoint's to write.
     pub sealed: Vec<Sealed>,
+}
+
+/// A run that ended: the documents whose last change falls after the cut of the run grid
+/// point before it, as they stood at the cut of its own, in path order. Only these are
+/// kept, not the state: a replica that writes no checkpoint for a base period keeps up to
+/// [`crate::format::MAX_RUNS`] of them.
+#[derive(Clone, Debug)]
+pub(crate) struct Run {
+    pub grid: u64,
+    pub cut: u64,
+    pub docs: Vec<(Arc<DocState>, u64)>,
 }
 
 /// A history epoch that ended: the documents whose last change falls in it, as they stood
@@ -228,6 +248,27 @@ pub(crate) async fn read_checkpoint(
     })
 }
 
+/// The documents `changes` names (in any order, a path repeating when it changed again),
+/// each as `state` holds it with its last change, in path order.
+fn latest_docs(state: &WorldState, mut changes: Vec<(DocPath, u64)>) -> Vec<(Arc<DocState>, u64)> {
+    changes.sort_unstable();
+    changes.dedup_by(|later, earlier| {
+        if later.0 == earlier.0 {
+            earlier.1 = earlier.1.max(later.1);
+            true
+        } else {
+            false
+        }
+    });
+    changes
+        .into_iter()
+        .filter_map(|(path, changed)| state.doc(&path).map(|d| (d.clone(), changed)))
+        .collect()
+}
+
+/// The documents of one shard (each with its last change), with the index of its tier.
+pub(crate) type TierDocs = (usize, Vec<(DocState, u64)>);
+
 /// Reads the shards `refs` names (tier, index, hash) with `workers` at once, decoding on the
 /// runtime's worker threads.
 pub(crate) async fn read_shards(
@@ -238,13 +279,13 @@ pub(crate) async fn read_shards(
     refs: Vec<(usize, u32, Hash)>,
     workers: usize,
     op: Op,
-) -> Result<Vec<(usize, Vec<(DocState, u64)>)>> {
+) -> Result<Vec<TierDocs>> {
     futures::stream::iter(refs)
         .map(|(tier, index, hash)| {
             let store = store.clone();
             let key = shard_key(prefix, &hash);
             let bits = root.tiers[tier].bits;
-            let schema = root.schema();
+            let schema = root.shard_schema();
             tokio::spawn(async move {
                 let bytes = read_verified(&*store, &key, &hash, op).await?;
                 let docs = decode_shard(&key, &bytes, schema, bits, index, sequence)?;
@@ -384,6 +425,13 @@ impl Replica {
                 )
             }
         };
+        // Documents changed after the newest run's (or middle tier's) cut lie in the run
+        // the next run grid point ends.
+        let run_cut = base.root.tiers[base.root.tiers.len() - 2].cut;
+        let run_changes: Vec<(DocPath, u64)> = (marks.iter())
+            .filter(|(_, changed)| *changed > run_cut)
+            .cloned()
+            .collect();
         // The tracker's map builds beside the world state, on a scoped thread rather than
         // the blocking pool: the open takes as long either way, and no other task runs
         // while it does, so a simulation's schedule does not depend on which finishes first.
@@ -399,6 +447,7 @@ impl Replica {
         });
         let state = state.map_err(|e| Error::from_log(op, e))?;
         let tracker = Tracker {
+            run_changes,
             changes: marks.map_err(|_| {
                 Error::new(op, "", ErrorKind::Storage, "the tracker's loader panicked")
             })?,
@@ -572,8 +621,11 @@ impl Replica {
         self.tracker
             .epoch_changes
             .extend(slot.slot.entries.iter().map(|e| (e.path.clone(), last)));
+        self.tracker
+            .run_changes
+            .extend(slot.slot.entries.iter().map(|e| (e.path.clone(), last)));
         let marks = slot.slot.entries.iter().map(|e| (e.path.clone(), last));
-        let mut pending = match pending {
+        let pending = match pending {
             Some(pending) => {
                 pending.extend(marks);
                 Some(pending)
@@ -590,17 +642,40 @@ impl Replica {
         if grid(epoch, last) > grid(epoch, before) {
             self.seal_epoch(last);
         }
-        for (j, width) in widths.into_iter().enumerate() {
-            let crossed = grid(width, last);
-            if crossed > grid(width, before) {
-                if let Some(pending) = pending.as_deref_mut() {
-                    self.mark_changes(pending);
-                }
-                self.tracker.cuts[j] = Some(Cut {
-                    grid: crossed,
-                    state: self.state.clone(),
-                    changes: self.tracker.changes.clone(),
+        let [base_width, run_width] = widths;
+        let (from, to) = (grid(run_width, before), grid(run_width, last));
+        if to > from {
+            if let Some(pending) = pending {
+                self.mark_changes(pending);
+            }
+            let base_grid = grid(base_width, last);
+            let cut = Cut {
+                grid: to,
+                state: self.state.clone(),
+                changes: self.tracker.changes.clone(),
+            };
+            if base_grid > grid(base_width, before) {
+                self.tracker.base_cut = Some(Cut {
+                    grid: base_grid,
+                    ..cut.clone()
                 });
+                // Runs start again after the base.
+                self.tracker.runs.clear();
+            }
+            self.tracker.middle_cut = Some(cut);
+            // A slot holding several grid points is the cut of each: the documents lie in
+            // the window the first one ends (the base's, when that is a base grid point),
+            // and the others are empty.
+            let mut docs = latest_docs(&self.state, std::mem::take(&mut self.tracker.run_changes));
+            for k in from / run_width + 1..=to / run_width {
+                let docs = std::mem::take(&mut docs);
+                if k * run_width > base_grid {
+                    self.tracker.runs.push(Run {
+                        grid: k * run_width,
+                        cut: last,
+                        docs,
+                    });
+                }
             }
         }
         self.tracker.slots.push_back((last, slot.hash));
@@ -612,20 +687,8 @@ impl Replica {
     /// Ends the open history epoch at `cut` (the state's sequence, the end of the slot
     /// holding the epoch's grid point): keeps each document changed in it as it stands now.
     fn seal_epoch(&mut self, cut: u64) {
-        let mut changes = std::mem::take(&mut self.tracker.epoch_changes);
-        changes.sort_unstable();
-        changes.dedup_by(|later, earlier| {
-            if later.0 == earlier.0 {
-                earlier.1 = earlier.1.max(later.1);
-                true
-            } else {
-                false
-            }
-        });
-        let docs: Vec<(Arc<DocState>, u64)> = changes
-            .into_iter()
-            .filter_map(|(path, changed)| self.state.doc(&path).map(|d| (d.clone(), changed)))
-            .collect();
+        let changes = std::mem::take(&mut self.tracker.epoch_changes);
+        let docs = latest_docs(&self.state, changes);
         if self.reads_ahead
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -838,14 +901,16 @@ impl Replica {
 
     fn rest_on(&mut self, base: Base) {
         let old_base_cut = self.base.root.tiers[0].cut;
-        for (j, cut) in self.tracker.cuts.iter_mut().enumerate() {
-            if cut
-                .as_ref()
-                .is_some_and(|c| c.grid <= base.root.tiers[j].grid)
-            {
-                *cut = None;
-            }
+        let tracker = &mut self.tracker;
+        if (tracker.base_cut.as_ref()).is_some_and(|c| c.grid <= base.root.tiers[0].grid) {
+            tracker.base_cut = None;
         }
+        // The highest tier below the top: the newest run (or the base), or the middle tier.
+        let held = base.root.tiers[base.root.tiers.len() - 2].grid;
+        if (tracker.middle_cut.as_ref()).is_some_and(|c| c.grid <= held) {
+            tracker.middle_cut = None;
+        }
+        tracker.runs.retain(|r| r.grid > held);
         let base_cut = base.root.tiers[0].cut;
         if base_cut > old_base_cut {
             self.tracker.changes = self
@@ -909,12 +974,20 @@ impl Replica {
             ));
         }
         self.verify_tip(sequence, base.checkpoint.tip, op).await?;
+        // A shard the base names anywhere holds nothing the state lacks: the same bytes
+        // were loaded or adopted into it (a run keeps its shards as the base named them).
+        let held: std::collections::HashSet<Hash> = self
+            .base
+            .root
+            .tiers
+            .iter()
+            .flat_map(|t| t.shards.iter().flatten().copied())
+            .collect();
         let mut changed = Vec::new();
         for (j, tier) in base.root.tiers.iter().enumerate() {
-            let old = &self.base.root.tiers[j];
             for (i, hash) in tier.shards.iter().enumerate() {
                 let Some(hash) = hash else { continue };
-                if old.bits == tier.bits && old.shards[i] == Some(*hash) {
+                if held.contains(hash) {
                     continue;
                 }
                 changed.push((j, i as u32, *hash));
@@ -1020,7 +1093,7 @@ async fn epoch_cut(store: &Arc<dyn BlobStore>, prefix: &str, base: &Base, op: Op
 type Merged = (Vec<Arc<DocState>>, Vec<(DocPath, u64)>);
 
 /// One group's documents, marks and entries per tier.
-type GroupLoad = (Vec<Arc<DocState>>, Vec<(DocPath, u64)>, [u64; TIERS]);
+type GroupLoad = (Vec<Arc<DocState>>, Vec<(DocPath, u64)>, Vec<u64>);
 
 /// Loads every shard of `base`'s root and merges the tiers: each document as its highest
 /// tier holds it. Shards are read in groups that share a hash range (the smallest bits of a
@@ -1036,16 +1109,30 @@ async fn load_groups(
     let root = base.root.clone();
     let sequence = base.sequence();
     let key = checkpoint_key(prefix, sequence);
-    let low = root
-        .tiers
-        .iter()
-        .filter(|t| t.documents > 0)
-        .map(|t| t.bits)
-        .min()
-        .unwrap_or(0);
-    let groups: Vec<u32> = (0..1u32 << low).collect();
-    let loaded: Vec<GroupLoad> = futures::stream::iter(groups)
-        .map(|group| {
+    let low = group_bits(&root);
+    // Tiers of fewer shards than groups are read first and their documents handed to the
+    // groups their paths hash into.
+    let small: Vec<(usize, u32, Hash)> = (root.tiers.iter().enumerate())
+        .filter(|(_, t)| t.bits < low)
+        .flat_map(|(j, t)| {
+            (t.shards.iter().enumerate()).filter_map(move |(i, h)| h.map(|h| (j, i as u32, h)))
+        })
+        .collect();
+    let mut handed: Vec<Vec<TierDocs>> = (0..1usize << low).map(|_| Vec::new()).collect();
+    for (j, docs) in read_shards(store, prefix, &root, sequence, small, workers, op).await? {
+        let mut split: Vec<Vec<(DocState, u64)>> = vec![Vec::new(); 1 << low];
+        for (doc, changed) in docs {
+            split[shard_of(&path_hash(doc.path.as_str()), low) as usize].push((doc, changed));
+        }
+        for (group, docs) in split.into_iter().enumerate() {
+            if !docs.is_empty() {
+                handed[group].push((j, docs));
+            }
+        }
+    }
+    let loaded: Vec<GroupLoad> = futures::stream::iter(handed.into_iter().enumerate())
+        .map(|(group, handed)| {
+            let group = group as u32;
             let store = store.clone();
             let root = root.clone();
             let prefix = prefix.to_owned();
@@ -1053,14 +1140,17 @@ async fn load_groups(
             tokio::spawn(async move {
                 let mut reads = Vec::new();
                 for (j, tier) in root.tiers.iter().enumerate() {
-                    let shift = tier.bits.saturating_sub(low);
+                    if tier.bits < low {
+                        continue;
+                    }
+                    let shift = tier.bits - low;
                     for index in (group << shift)..((group + 1) << shift) {
                         let Some(Some(hash)) = tier.shards.get(index as usize) else {
                             continue;
                         };
                         let store = store.clone();
                         let skey = shard_key(&prefix, hash);
-                        let (hash, bits, schema) = (*hash, tier.bits, root.schema());
+                        let (hash, bits, schema) = (*hash, tier.bits, root.shard_schema());
                         reads.push(async move {
                             let bytes = read_verified(&*store, &skey, &hash, op).await?;
                             let docs = decode_shard(&skey, &bytes, schema, bits, index, sequence)?;
@@ -1068,7 +1158,8 @@ async fn load_groups(
                         });
                     }
                 }
-                let shards = futures::future::try_join_all(reads).await?;
+                let mut shards = futures::future::try_join_all(reads).await?;
+                shards.extend(handed);
                 merge_group(&root, shards, &key)
             })
         })
@@ -1085,7 +1176,7 @@ async fn load_groups(
         })
         .try_collect()
         .await?;
-    let mut counts = [0u64; TIERS];
+    let mut counts = vec![0u64; root.tiers.len()];
     let mut docs = Vec::with_capacity(root.documents as usize);
     let mut marks = Vec::new();
     for (group_docs, group_marks, group_counts) in loaded {
@@ -1114,6 +1205,25 @@ async fn load_groups(
     Ok((docs, marks))
 }
 
+/// The fewest shard bits a tier of at least [`GROUP_BITS`] has (the most a tier has when none
+/// does): a load reads and merges the tiers in `2^bits` groups of paths, each holding whole
+/// shards of those tiers. A smaller tier (the top, a few documents after a run ended) does
+/// not make the groups few.
+fn group_bits(root: &Root) -> u8 {
+    let used = || {
+        root.tiers
+            .iter()
+            .filter(|t| t.documents > 0)
+            .map(|t| t.bits)
+    };
+    (used().filter(|b| *b >= GROUP_BITS).min())
+        .or_else(|| used().max())
+        .unwrap_or(0)
+}
+
+/// The fewest groups (in bits) a load prefers, so both cores merge while shards are read.
+const GROUP_BITS: u8 = 5;
+
 /// Merges the shards of one group: a path held by several tiers keeps its highest tier's
 /// state, which must not be older.
 fn merge_group(
@@ -1121,7 +1231,7 @@ fn merge_group(
     shards: Vec<(usize, Vec<(DocState, u64)>)>,
     key: &str,
 ) -> Result<GroupLoad> {
-    let mut counts = [0u64; TIERS];
+    let mut counts = vec![0u64; root.tiers.len()];
     let mut entries: Vec<(usize, DocState)> = Vec::new();
     let mut changes: Vec<u64> = Vec::new();
     for (tier, docs) in shards {

@@ -2,9 +2,11 @@
 //!
 //! A job is prepared from a replica (O(1): persistent snapshots) and runs without it, so a
 //! store keeps committing while it writes; the replica then installs the result. The job
-//! keeps every tier whose grid point has not moved since the base, rebuilds the tiers whose
-//! grid point moved from the state kept at that point, and rewrites only the top-tier shards
-//! holding a document changed since the base. History blocks are placed by the log alone:
+//! keeps every tier whose grid point has not moved since the base (the base tier, every run
+//! the base names), writes each run whose grid point it passed from the documents the
+//! replica kept for it, rebuilds a base tier (or a schema-2 middle tier) whose grid point
+//! moved from the state kept at that point, and rewrites only the top-tier shards holding a
+//! document changed since the base. History blocks are placed by the log alone:
 //! the last block of a document whose history epoch ended lives in that epoch's pack (built
 //! here from the documents the replica kept at the epoch's cut), every other block is stored
 //! alone. Objects are written bottom-up (history blocks and packs, shards, root, checkpoint),
@@ -24,8 +26,8 @@ use tokio::sync::Mutex;
 
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::format::{
-    Checkpoint, PackedBlock, Root, ShardDoc, TIERS, Tier, decode_block, encode_shard_entries, grid,
-    pack_blocks, path_hash, shard_bits, shard_of,
+    Checkpoint, PackedBlock, Root, ShardDoc, Tier, decode_block, encode_shard_entries, grid,
+    pack_blocks, path_hash, runs_fit, shard_bits, shard_of, tier_grids,
 };
 use crate::history::{BlockCache, ReadAhead, fold, read_block_bytes};
 use crate::keys::{checkpoint_key, history_key, pack_key, root_key, shard_key};
@@ -354,6 +356,19 @@ impl CheckpointJob {
         ))
     }
 
+    /// Whether this checkpoint writes runs (schema 3): the base has them, or every run
+    /// grid point after the base tier's was crossed since the base (its base tier moves, or
+    /// its middle tier was cut at the base tier's grid point), so the replica kept the state
+    /// at each. Else the world keeps its middle tier until then.
+    fn writes_runs(&self) -> bool {
+        let old = &self.base.root;
+        let s = self.state.sequence();
+        runs_fit(&old.widths)
+            && (old.runs
+                || grid(old.widths[0], s) != old.tiers[0].grid
+                || old.tiers[1].grid == old.tiers[0].grid)
+    }
+
     /// Writes the checkpoint; `None` when the state is the base's. A run that reaches its
     /// cap fails with a storage error and names nothing.
     pub async fn run(self) -> Result<Option<Written>> {
@@ -441,13 +456,17 @@ impl CheckpointJob {
         let sealed = self.tracker.open_cut;
         let base_sealed = self.tracker.base_sealed;
 
-        let mut tiers: Vec<Tier> = Vec::with_capacity(TIERS);
+        let runs = self.writes_runs();
+        let grids = tier_grids(&old.widths, s, runs);
+        let top = grids.len() - 1;
+        let mut tiers: Vec<Tier> = Vec::with_capacity(grids.len());
         let mut builds: Vec<ShardBuild> = Vec::new();
         let mut lower_cut = 0;
-        let mut lower_kept = true;
-        for (j, width) in old.widths.iter().enumerate() {
-            let g = grid(*width, s);
-            if g == old.tiers[j].grid {
+        for (j, &g) in grids[..top].iter().enumerate() {
+            // The base's tier at this place, when it holds the same documents: the base
+            // tier, the middle tier or a run cut at the same grid point.
+            let same = j == 0 || (runs == old.runs && j + 1 < old.tiers.len());
+            if same && g == old.tiers[j].grid {
                 if legacy {
                     // A schema-1 tier moves to this schema as it stands: its documents
                     // with the references its shards name.
@@ -460,8 +479,29 @@ impl CheckpointJob {
                 lower_cut = old.tiers[j].cut;
                 continue;
             }
-            lower_kept = false;
-            let Some(cut) = self.tracker.cuts[j].as_ref().filter(|c| c.grid == g) else {
+            if runs && j > 0 {
+                let Some(run) = self.tracker.runs.iter().find(|r| r.grid == g) else {
+                    return Err(Error::new(
+                        op,
+                        checkpoint_key(&self.prefix, s),
+                        ErrorKind::Precondition,
+                        format!("this replica did not keep the run at grid point {g}"),
+                    ));
+                };
+                let count = run.docs.len() as u64;
+                tiers.push(Tier {
+                    documents: count,
+                    ..Tier::empty(g, run.cut, count)
+                });
+                builds.extend(group(j, shard_bits(count), run.docs.clone()));
+                lower_cut = run.cut;
+                continue;
+            }
+            let cut = match j {
+                0 => self.tracker.base_cut.as_ref(),
+                _ => self.tracker.middle_cut.as_ref(),
+            };
+            let Some(cut) = cut.filter(|c| c.grid == g) else {
                 return Err(Error::new(
                     op,
                     checkpoint_key(&self.prefix, s),
@@ -492,7 +532,6 @@ impl CheckpointJob {
             builds.extend(group(j, shard_bits(count), docs));
             lower_cut = cut_sequence;
         }
-        let top = TIERS - 1;
         let top_docs: Vec<(Arc<DocState>, u64)> = self
             .tracker
             .changes
@@ -507,8 +546,9 @@ impl CheckpointJob {
             documents: count,
             ..Tier::empty(s, s, count)
         };
-        let old_top = &old.tiers[top];
-        if !legacy && lower_kept && old_top.bits == bits {
+        let old_top = &old.tiers[old.tiers.len() - 1];
+        let old_lower_cut = old.tiers[old.tiers.len() - 2].cut;
+        if !legacy && lower_cut == old_lower_cut && old_top.bits == bits {
             // Shards holding no document changed since the base (or since its sealed cut,
             // when an epoch ended: their blocks moved into its pack) are the base's.
             let since = if self.tracker.sealed.is_empty() {
@@ -631,6 +671,7 @@ impl CheckpointJob {
             widths: old.widths,
             tiers,
             sealed: Some(sealed),
+            runs,
         };
         let root_bytes = root.encode();
         let root_hash = Hash::of(&root_bytes);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use quire_blob::{BlobStore, Fault, FaultRule, Metered, Op as BlobOp, Simulated};
-use quire_checkpoint::format::{DEFAULT_WIDTHS, HISTORY_BLOCK};
+use quire_checkpoint::format::{DEFAULT_WIDTHS, HISTORY_BLOCK, SCHEMA};
 use quire_checkpoint::history::version_record;
 use quire_checkpoint::keys::checkpoint_key;
 use quire_checkpoint::{OpenOptions, Replica, state_digest};
@@ -107,7 +107,8 @@ async fn cold_start_from_any_checkpoint_equals_the_live_state() {
         if r % 4 == 3 {
             follower.checkpoint(FRESHEN).await.unwrap().unwrap();
             checkpoints.push(follower.base().sequence());
-            saw_middle |= follower.base().root.tiers[1].documents > 0;
+            let tiers = &follower.base().root.tiers;
+            saw_middle |= tiers[1..tiers.len() - 1].iter().any(|t| t.documents > 0);
         }
     }
     round(&mut writer, 30).await;
@@ -117,7 +118,7 @@ async fn cold_start_from_any_checkpoint_equals_the_live_state() {
         root.tiers[0].grid > 0 && root.tiers[0].documents > 0,
         "the base tier was cut: {root:?}"
     );
-    assert!(saw_middle, "some checkpoint held a middle tier");
+    assert!(saw_middle, "some checkpoint held a run");
 
     let live = state_digest(&writer.state);
     assert_eq!(state_digest(follower.state()), live);
@@ -347,7 +348,9 @@ async fn one_changed_document_costs_one_block_one_shard_one_root_one_checkpoint(
     let shared: Arc<dyn BlobStore> = Arc::new(metered.clone());
     let mut replica = open(&shared).await;
     let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
-    assert_eq!(stats.shards, 64, "10,000 documents take 64 shards");
+    // A run holds the 8,250 documents up to the slot holding grid point 8,192 (64 shards),
+    // the top tier the other 1,750 (8).
+    assert_eq!(stats.shards, 72, "10,000 documents take 72 shards");
     let mut peer = open(&shared).await;
     assert_eq!(peer.base().sequence(), replica.base().sequence());
 
@@ -616,6 +619,80 @@ async fn cold_started_and_adopting_replicas_checkpoint_as_a_replay_does() {
     }
     assert!(crossed, "some round crossed a grid point below the top");
     assert!(kept, "some round stayed between grid points");
+}
+
+/// Runs are written once: a checkpoint names every run of the one before it unchanged and
+/// writes only the runs of grid points it passed and top-tier shards; a slot holding two run
+/// grid points cuts both (the second run empty); when the base moves, runs start again
+/// after it. Every checkpoint cold-starts to the live state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_written_once_and_named_unchanged_until_the_base_moves() {
+    let store = memory();
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
+    let [base_width, run_width] = SMALL_WIDTHS;
+    let mut replica = open(&store).await;
+    let mut previous = replica.base().root.clone();
+    let (mut kept, mut bases, mut most_runs, mut empty_run) = (0, 0, 0, false);
+    for round in 0..40u64 {
+        let writes = match round {
+            11 => 40,
+            23 => 80,
+            _ => 7,
+        };
+        let slot: Vec<_> = (0..writes)
+            .map(|i| {
+                let doc = (round * 7 + i) % 30;
+                publish(&format!("/d/{doc}.md"), &format!("# {round} {i}\n"))
+            })
+            .collect();
+        writer.commit(&slot).await;
+        replica.catch_up().await.unwrap();
+        let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+        let root = replica.base().root.clone();
+        let s = replica.base().sequence();
+        assert_eq!(root.schema(), SCHEMA);
+        let runs = &root.tiers[1..root.tiers.len() - 1];
+        let base_grid = s / base_width * base_width;
+        assert_eq!(root.tiers[0].grid, base_grid);
+        for (k, run) in runs.iter().enumerate() {
+            assert_eq!(run.grid, base_grid + (k as u64 + 1) * run_width, "{root:?}");
+        }
+        most_runs = most_runs.max(runs.len());
+        empty_run |= runs.iter().any(|r| r.documents == 0);
+        let shards_of = |tiers: &[quire_checkpoint::format::Tier]| -> u64 {
+            tiers
+                .iter()
+                .map(|t| t.shards.iter().flatten().count() as u64)
+                .sum()
+        };
+        let top = shards_of(&root.tiers[root.tiers.len() - 1..]);
+        if root.tiers[0] == previous.tiers[0] {
+            // Genesis has the schema-1 layout: its middle tier is not a run.
+            let old_runs = match previous.runs {
+                true => &previous.tiers[1..previous.tiers.len() - 1],
+                false => &[],
+            };
+            assert_eq!(&runs[..old_runs.len()], old_runs, "runs named unchanged");
+            kept += usize::from(!old_runs.is_empty());
+            let new_runs = shards_of(&runs[old_runs.len()..]);
+            assert!(stats.shards <= new_runs + top, "{stats:?} {root:?}");
+            if runs.len() > old_runs.len() {
+                assert_eq!(stats.shards, new_runs + top, "{stats:?} {root:?}");
+            }
+        } else {
+            bases += 1;
+        }
+        let cold = open(&store).await;
+        assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
+        previous = root;
+    }
+    assert!(kept > 5, "checkpoints kept runs {kept} times");
+    assert!(bases >= 3, "the base moved {bases} times");
+    assert_eq!(most_runs, (base_width / run_width - 1) as usize);
+    assert!(
+        empty_run,
+        "a slot holding two run grid points leaves an empty run"
+    );
 }
 
 /// A checkpoint's history objects grow with the epochs that ended, not with the documents

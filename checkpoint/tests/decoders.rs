@@ -161,14 +161,14 @@ fn objects() -> Vec<Object> {
                     let docs = decode_shard(
                         "shard",
                         &shard_bytes,
-                        root.schema(),
+                        root.shard_schema(),
                         tier.bits,
                         index as u32,
                         sequence,
                     )
                     .unwrap();
                     objects.push(Object::Shard(
-                        root.schema(),
+                        root.shard_schema(),
                         tier.bits,
                         index as u32,
                         sequence,

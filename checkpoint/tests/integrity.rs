@@ -67,6 +67,7 @@ async fn plant(
         widths: DEFAULT_WIDTHS,
         tiers: vec![Tier::empty(0, 1, 0), Tier::empty(0, 1, 0), top],
         sealed: None,
+        runs: false,
     };
     let bytes = root.encode();
     let hash = Hash::of(&bytes);
@@ -279,7 +280,7 @@ async fn foreign_missing_and_damaged_objects_fail() {
         .await
         .unwrap();
     let s = replica.base().sequence();
-    let shard = replica.base().root.tiers[2].shards[0].unwrap();
+    let shard = replica.base().root.tiers.last().unwrap().shards[0].unwrap();
     let key = shard_key(PREFIX, &shard);
     let attrs = store.head(&key).await.unwrap();
     store

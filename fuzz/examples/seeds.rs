@@ -99,7 +99,7 @@ async fn world_objects() {
                     &joined(&[
                         // The shard target reads the schema from the high bit.
                         &[tier.bits
-                            | if root.schema() == LEGACY_SCHEMA {
+                            | if root.shard_schema() == LEGACY_SCHEMA {
                                 0
                             } else {
                                 0x80
@@ -112,7 +112,7 @@ async fn world_objects() {
                 let docs = decode_shard(
                     "shard",
                     &shard_bytes,
-                    root.schema(),
+                    root.shard_schema(),
                     tier.bits,
                     index as u32,
                     sequence,

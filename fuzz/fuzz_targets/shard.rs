@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use quire_checkpoint::format::{
-    LEGACY_SCHEMA, SCHEMA, decode_shard, encode_shard, encode_shard_entries,
+    LEGACY_SCHEMA, SHARD_SCHEMA, decode_shard, encode_shard, encode_shard_entries,
 };
 use quire_fuzz::take_u64;
 
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let schema = if head & 0x80 == 0 {
         LEGACY_SCHEMA
     } else {
-        SCHEMA
+        SHARD_SCHEMA
     };
     let bits = (head & 0x7f) % 17;
     let (index, rest) = take_u64(rest);
