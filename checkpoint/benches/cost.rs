@@ -244,7 +244,15 @@ async fn run(args: Args) {
 
         let before = own.reading();
         let (t, w) = (tokio::time::Instant::now(), Instant::now());
-        let stats = writer_replica.checkpoint(FRESHEN).await.unwrap().unwrap();
+        // As the store's compactor does: the state at the newest history-epoch cut.
+        let job = writer_replica
+            .prepare_sealed(FRESHEN, 0)
+            .run()
+            .await
+            .unwrap()
+            .unwrap();
+        let stats = job.stats;
+        writer_replica.install(job).unwrap();
         let (simulated, wall) = (t.elapsed(), w.elapsed());
         checkpoint_role.add(&own.reading().since(&before));
         slowest = (slowest.0.max(simulated), slowest.1.max(wall));

@@ -198,8 +198,9 @@ impl Compactor {
         {
             return Ok(Step::Deferred(*sequence));
         }
+        let past = self.unadoptable.last().copied().unwrap_or(0);
         let job = replica
-            .prepare(self.policy.grace / 2)
+            .prepare_sealed(self.policy.grace / 2, past)
             .with_cap(self.policy.run_cap);
         let Some(written) = job.run().await? else {
             return Ok(Step::Idle);

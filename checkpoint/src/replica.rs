@@ -90,6 +90,9 @@ pub(crate) struct Tracker {
     /// Epochs ended after the base's sealed cut, oldest first: their packs are the next
     /// checkpoint's to write.
     pub sealed: Vec<Sealed>,
+    /// The state at `open_cut`, when this replica crossed it after its base: a checkpoint
+    /// there has no open epoch (see [`Replica::prepare_sealed`]).
+    pub sealed_state: Option<WorldState>,
 }
 
 /// A run that ended: the documents whose last change falls after the cut of the run grid
@@ -700,6 +703,7 @@ impl Replica {
         }
         self.tracker.sealed.push(Sealed { cut, docs });
         self.tracker.open_cut = cut;
+        self.tracker.sealed_state = Some(self.state.clone());
     }
 
     /// Waits until the history blocks read ahead for the epochs ended so far are in (for
@@ -936,9 +940,15 @@ impl Replica {
         {
             self.tracker.slots.pop_front();
         }
-        if self.tracker.slots.is_empty() {
-            self.pending_since = None;
+        if (self.tracker.sealed_state.as_ref()).is_some_and(|s| s.sequence() <= base.sequence()) {
+            self.tracker.sealed_state = None;
         }
+        // Slots after a checkpoint behind the state (at an epoch cut) stay pending, counted
+        // from now: the next checkpoint is due a full age later, not at once.
+        self.pending_since = match self.tracker.slots.is_empty() {
+            true => None,
+            false => Some(self.clock.now()),
+        };
         self.base = base;
     }
 

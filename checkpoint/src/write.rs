@@ -125,6 +125,24 @@ impl Replica {
         }
     }
 
+    /// Prepares a checkpoint of the state at the newest history-epoch cut, when an epoch
+    /// ended since the base and after sequence `past` (a checkpoint that could not be
+    /// adopted holds that name); else of the current state. Such a checkpoint has no open epoch:
+    /// every document's last block is in a pack or where the base names it, so a busy store's
+    /// checkpoint writes packs, runs and the top tier, and no block stored alone for a
+    /// document changed since the cut (about half an epoch of them). It trails the state by
+    /// less than an epoch (1024 sequences), which a cold start replays.
+    pub fn prepare_sealed(&self, freshen_after: Duration, past: u64) -> CheckpointJob {
+        let mut job = self.prepare(freshen_after);
+        let floor = self.base.sequence().max(past);
+        if let Some(state) =
+            (self.tracker.sealed_state.as_ref()).filter(|state| state.sequence() > floor)
+        {
+            job.state = state.clone();
+        }
+        job
+    }
+
     /// Writes a checkpoint of the current state and installs it.
     pub async fn checkpoint(&mut self, freshen_after: Duration) -> Result<Option<WriteStats>> {
         let Some(written) = self.prepare(freshen_after).run().await? else {
@@ -532,11 +550,12 @@ impl CheckpointJob {
             builds.extend(group(j, shard_bits(count), docs));
             lower_cut = cut_sequence;
         }
+        // The tracker may hold changes after the state (a checkpoint at an epoch cut).
         let top_docs: Vec<(Arc<DocState>, u64)> = self
             .tracker
             .changes
             .iter()
-            .filter(|(_, changed)| lower_cut < **changed)
+            .filter(|(_, changed)| lower_cut < **changed && **changed <= s)
             .filter_map(|(path, changed)| self.state.doc(path).map(|d| (d.clone(), *changed)))
             .collect();
         let count = top_docs.len() as u64;
@@ -560,7 +579,7 @@ impl CheckpointJob {
                 .tracker
                 .changes
                 .iter()
-                .filter(|(_, changed)| **changed > since)
+                .filter(|(_, changed)| **changed > since && **changed <= s)
                 .map(|(path, _)| shard_of(&path_hash(path.as_str()), bits))
                 .collect();
             top_tier.shards = old_top.shards.clone();

@@ -560,3 +560,89 @@ async fn a_peer_checkpoint_stamped_ahead_defers_only_for_the_policy() {
     };
     assert_eq!(sequence, writer.state.sequence());
 }
+
+/// A busy store's compactor checkpoints the state at the newest history-epoch cut: every
+/// last block is in a pack, none stored alone for the open epoch, and the slots after the
+/// cut wait a full age before they are due by age. With no epoch ended since its base, it
+/// checkpoints the current state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compactor_checkpoints_at_the_newest_epoch_cut() {
+    let store = memory();
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
+    let epoch = SMALL_WIDTHS[1];
+    let start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let clock = Arc::new(ManualClock::new(Timestamp(start)));
+    let options = OpenOptions {
+        clock: clock.clone(),
+        ..OpenOptions::default()
+    };
+    let mut replica = Replica::open(store.clone(), PREFIX, &options)
+        .await
+        .unwrap();
+    let policy = CompactionPolicy {
+        slots: 4,
+        max_delay: Duration::ZERO,
+        ..CompactionPolicy::default()
+    };
+    let mut compactor = Compactor::new(policy, clock.clone(), 1);
+    // Slots of 7 until two epochs ended and a slot lies past the second one's cut.
+    let (mut cut, mut n) = (0, 0);
+    while cut == 0 || writer.state.sequence() == cut {
+        let before = writer.state.sequence();
+        let slot: Vec<_> = (0..7)
+            .map(|i| publish(&format!("/d/{}.md", n * 7 + i), "text\n"))
+            .collect();
+        writer.commit(&slot).await;
+        n += 1;
+        let now = writer.state.sequence();
+        if now / epoch > before / epoch && now / epoch >= 2 {
+            cut = now;
+        }
+    }
+    assert!(writer.state.sequence() > cut);
+    replica.catch_up().await.unwrap();
+    let Step::Written {
+        sequence, stats, ..
+    } = compactor.step(&mut replica).await.unwrap()
+    else {
+        panic!("due by slots");
+    };
+    assert_eq!(sequence, cut, "checkpointed at the epoch cut");
+    assert_eq!(
+        stats.blocks, stats.packs,
+        "no block stored alone: {stats:?}"
+    );
+    let cold = Replica::open(store.clone(), PREFIX, &options)
+        .await
+        .unwrap();
+    assert_eq!(cold.base().sequence(), cut);
+    assert!(cold.slots_since_base() > 0);
+    assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
+    assert_eq!(
+        replica.pending_since(),
+        Some(Timestamp(start)),
+        "counted from now"
+    );
+    assert_eq!(compactor.step(&mut replica).await.unwrap(), Step::Idle);
+
+    // No epoch ends before the next age: the current state.
+    clock.advance(61);
+    let Step::Written {
+        sequence, stats, ..
+    } = compactor.step(&mut replica).await.unwrap()
+    else {
+        panic!("due by age");
+    };
+    assert_eq!(sequence, writer.state.sequence());
+    assert!(
+        stats.blocks > stats.packs,
+        "the open epoch's blocks: {stats:?}"
+    );
+    let cold = Replica::open(store.clone(), PREFIX, &options)
+        .await
+        .unwrap();
+    assert_eq!(state_digest(cold.state()), state_digest(&writer.state));
+}
