@@ -198,9 +198,20 @@ async fn encode_shards(
         in_run += job.2.len();
         runs.last_mut().expect("a run").push(job);
     }
-    let tasks = runs.into_iter().map(|run| {
-        tokio::task::spawn_blocking(move || run.into_iter().map(encode_shard).collect::<Vec<_>>())
-    });
+    let encode = |run: Vec<(u8, u32, Vec<FoldedDoc>)>| -> Vec<(Hash, Bytes, Vec<FoldedDoc>)> {
+        run.into_iter().map(encode_shard).collect()
+    };
+    // A current-thread runtime (a simulation on paused time) encodes in place: a blocking
+    // task ending at a moment of real time would let the other tasks run a varying number of
+    // steps first, and a seed would no longer replay exactly.
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        return Ok(runs.into_iter().flat_map(encode).collect());
+    }
+    let tasks = runs
+        .into_iter()
+        .map(|run| tokio::task::spawn_blocking(move || encode(run)));
     // In the order of `jobs`: try_join_all answers in the order of its futures.
     let done = futures::future::try_join_all(tasks)
         .await
