@@ -183,7 +183,8 @@ struct ShardBuild {
 }
 
 /// Encodes and hashes shards (bits, index, documents) on the blocking pool, a run of them per
-/// task, and returns them in order with their documents: a checkpoint that rebuilds a tier
+/// task (in place on a current-thread runtime), and returns them in order with their
+/// documents: a checkpoint that rebuilds a tier
 /// encodes every document in it, which one thread does in seconds at a million.
 async fn encode_shards(
     jobs: Vec<(u8, u32, Vec<FoldedDoc>)>,
