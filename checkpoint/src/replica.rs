@@ -1106,9 +1106,10 @@ type Merged = (Vec<Arc<DocState>>, Vec<(DocPath, u64)>);
 type GroupLoad = (Vec<Arc<DocState>>, Vec<(DocPath, u64)>, Vec<u64>);
 
 /// Loads every shard of `base`'s root and merges the tiers: each document as its highest
-/// tier holds it. Shards are read in groups that share a hash range (the smallest bits of a
-/// non-empty tier), each group read, decoded and merged on a worker thread. Checks the tier
-/// counts, the root's count and that a higher tier never holds an older state.
+/// tier holds it. Shards are read in groups that share a hash range ([`group_bits`]), each
+/// group read, decoded and merged on a worker thread; the documents of tiers with fewer
+/// shards than groups are read first and handed to their groups. Checks the tier counts, the
+/// root's count and that a higher tier never holds an older state.
 async fn load_groups(
     store: &Arc<dyn BlobStore>,
     prefix: &str,
