@@ -416,10 +416,9 @@ async fn a_checkpoint_rewritten_during_a_drop_keeps_what_it_names_on_s3() {
     a_checkpoint_rewritten_during_a_drop_keeps_what_it_names(s3).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_compactor_writes_adopts_and_defers() {
-    let store = memory();
-    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
+/// A settable clock standing at the wall clock's second (the bucket stamps real time), open
+/// options on it, and that second.
+fn clock_at_now() -> (Arc<ManualClock>, OpenOptions, u64) {
     let start = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -429,17 +428,30 @@ async fn the_compactor_writes_adopts_and_defers() {
         clock: clock.clone(),
         ..OpenOptions::default()
     };
+    (clock, options, start)
+}
+
+/// Due every 4 slots (or by age), stepping without a delay.
+fn every_four_slots() -> CompactionPolicy {
+    CompactionPolicy {
+        slots: 4,
+        max_delay: Duration::ZERO,
+        ..CompactionPolicy::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compactor_writes_adopts_and_defers() {
+    let store = memory();
+    let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
+    let (clock, options, _) = clock_at_now();
     let mut a = Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap();
     let mut b = Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap();
-    let policy = CompactionPolicy {
-        slots: 4,
-        max_delay: Duration::ZERO,
-        ..CompactionPolicy::default()
-    };
+    let policy = every_four_slots();
     let mut ca = Compactor::new(policy.clone(), clock.clone(), 1);
     let mut cb = Compactor::new(policy, clock.clone(), 2);
     async fn slots(writer: &mut SlotWriter, n: usize, tag: &str) {
@@ -570,23 +582,11 @@ async fn the_compactor_checkpoints_at_the_newest_epoch_cut() {
     let store = memory();
     let mut writer = new_world(store.clone(), SMALL_WIDTHS).await;
     let epoch = SMALL_WIDTHS[1];
-    let start = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let clock = Arc::new(ManualClock::new(Timestamp(start)));
-    let options = OpenOptions {
-        clock: clock.clone(),
-        ..OpenOptions::default()
-    };
+    let (clock, options, start) = clock_at_now();
     let mut replica = Replica::open(store.clone(), PREFIX, &options)
         .await
         .unwrap();
-    let policy = CompactionPolicy {
-        slots: 4,
-        max_delay: Duration::ZERO,
-        ..CompactionPolicy::default()
-    };
+    let policy = every_four_slots();
     let mut compactor = Compactor::new(policy, clock.clone(), 1);
     // Slots of 7 until two epochs ended and a slot lies past the second one's cut.
     let (mut cut, mut n) = (0, 0);

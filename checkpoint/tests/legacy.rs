@@ -15,6 +15,7 @@ use common::*;
 use quire_blob::BlobStore;
 use quire_checkpoint::format::{PACKED_SCHEMA, SCHEMA, grid, shard_bits};
 use quire_checkpoint::{OpenOptions, Replica, state_digest};
+use quire_log::WorldState;
 
 const FRESHEN: Duration = Duration::from_secs(1800);
 const FIXTURE: &[u8] = include_bytes!("fixtures/schema1-world.bin");
@@ -39,6 +40,21 @@ async fn packs(store: &Arc<dyn BlobStore>) -> Vec<String> {
         .map(|a| a.key)
         .filter(|k| k.len() == "w/history/".len() + 24)
         .collect()
+}
+
+/// A cold start from the newest checkpoint and a whole replay both equal `live`, document by
+/// document and version by version; returns the cold-started replica.
+async fn agrees_with(store: &Arc<dyn BlobStore>, live: &WorldState) -> Replica {
+    let reopened = open(store, None).await;
+    assert_eq!(state_digest(reopened.state()), state_digest(live));
+    let exported = export_all(store, live).await;
+    assert_eq!(export_all(store, reopened.state()).await, exported);
+    assert_eq!(
+        export_all(store, open(store, Some(1)).await.state()).await,
+        exported,
+        "a whole replay agrees"
+    );
+    reopened
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,15 +128,7 @@ async fn a_schema_1_world_opens_is_adopted_and_moves_to_the_current_schema() {
     let stats = replica.checkpoint(FRESHEN).await.unwrap().unwrap();
     assert!(stats.packs > 0, "{stats:?}");
     assert!(!packs(&store).await.is_empty());
-    let reopened = open(&store, None).await;
-    assert_eq!(state_digest(reopened.state()), state_digest(&writer.state));
-    let live = export_all(&store, &writer.state).await;
-    assert_eq!(export_all(&store, reopened.state()).await, live);
-    assert_eq!(
-        export_all(&store, open(&store, Some(1)).await.state()).await,
-        live,
-        "a whole replay agrees"
-    );
+    agrees_with(&store, &writer.state).await;
 }
 
 /// Commits `n` new documents named after `tag`, `per_slot` to a slot.
@@ -192,16 +200,8 @@ async fn a_schema_2_world_keeps_its_middle_tier_until_its_base_moves_then_writes
     for tier in &moved.tiers[1..3] {
         assert!(tier.documents > 0, "{moved:?}");
     }
-    let reopened = open(&store, None).await;
+    let reopened = agrees_with(&store, &writer.state).await;
     assert_eq!(reopened.base().sequence(), replica.base().sequence());
-    assert_eq!(state_digest(reopened.state()), state_digest(&writer.state));
-    let live = export_all(&store, &writer.state).await;
-    assert_eq!(export_all(&store, reopened.state()).await, live);
-    assert_eq!(
-        export_all(&store, open(&store, Some(1)).await.state()).await,
-        live,
-        "a whole replay agrees"
-    );
 
     // The peer still on schema 2 adopts the runs.
     assert!(peer.adopt(replica.base().sequence()).await.unwrap());

@@ -47,6 +47,22 @@ async fn first_write_held(
     (hold, first)
 }
 
+/// Lets the two writes `later` submits queue behind the held first slot, releases it, and
+/// returns the versions the two writes were given.
+async fn versions_after_release(
+    hold: quire_blob::Hold,
+    first: tokio::task::JoinHandle<Result<Outcome>>,
+    later: tokio::task::JoinHandle<(Result<Outcome>, Result<Outcome>)>,
+) -> (u64, u64) {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    drop(hold);
+    first.await.unwrap().unwrap();
+    let (two, three) = later.await.unwrap();
+    (two.unwrap().doc.version, three.unwrap().doc.version)
+}
+
 #[tokio::test(start_paused = true)]
 async fn single_store_semantics() {
     let memory: Arc<dyn BlobStore> = Arc::new(MemoryStore::new());
@@ -782,16 +798,7 @@ async fn appends_chain_on_versions_still_in_the_pipeline() {
             )
         }
     });
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    drop(hold);
-    first.await.unwrap().unwrap();
-    let (two, three) = appends.await.unwrap();
-    assert_eq!(
-        (two.unwrap().doc.version, three.unwrap().doc.version),
-        (2, 3)
-    );
+    assert_eq!(versions_after_release(hold, first, appends).await, (2, 3));
     // No version read: only the tip probe of the idle store taking the first write.
     let reads = metered.reading();
     assert_eq!(
@@ -861,16 +868,7 @@ async fn a_check_reads_versions_built_in_the_pipeline_and_those_just_confirmed()
         );
         async move { tokio::join!(c.submit(two), c.submit(three)) }
     });
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    drop(hold);
-    first.await.unwrap().unwrap();
-    let (two, three) = later.await.unwrap();
-    assert_eq!(
-        (two.unwrap().doc.version, three.unwrap().doc.version),
-        (2, 3)
-    );
+    assert_eq!(versions_after_release(hold, first, later).await, (2, 3));
     // Once confirmed, the newest version is read from the version cache.
     submit(&c, publish("/a.md", "four")).await.unwrap();
     let _ = c
