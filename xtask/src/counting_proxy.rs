@@ -4,8 +4,9 @@
 //! included (S3 signatures cover it), and streams bodies through.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use http_body_util::BodyExt;
@@ -34,6 +35,8 @@ pub(crate) struct Reading {
     requests: [u64; KINDS.len()],
     pub bytes_up: u64,
     pub bytes_down: u64,
+    /// How many PUTs had been answered: where this reading's PUT latencies end.
+    puts_answered: usize,
 }
 
 impl Reading {
@@ -55,6 +58,7 @@ impl Reading {
             requests,
             bytes_up: self.bytes_up - earlier.bytes_up,
             bytes_down: self.bytes_down - earlier.bytes_down,
+            puts_answered: self.puts_answered - earlier.puts_answered,
         }
     }
 }
@@ -64,6 +68,9 @@ struct Counters {
     requests: [AtomicU64; KINDS.len()],
     bytes_up: Arc<AtomicU64>,
     bytes_down: Arc<AtomicU64>,
+    /// Each answered PUT's time from reaching the proxy to the bucket's answer headers, in
+    /// answer order: the bucket's own write latency, which a store's commit cannot beat.
+    put_latencies: Mutex<Vec<Duration>>,
 }
 
 /// The running proxy; it stops when dropped.
@@ -135,7 +142,25 @@ impl CountingProxy {
             requests,
             bytes_up: self.counters.bytes_up.load(Ordering::Relaxed),
             bytes_down: self.counters.bytes_down.load(Ordering::Relaxed),
+            puts_answered: self.put_latencies_len(),
         }
+    }
+
+    fn put_latencies_len(&self) -> usize {
+        self.counters
+            .put_latencies
+            .lock()
+            .expect("latency lock")
+            .len()
+    }
+
+    /// The latencies of the PUTs answered between two readings, sorted.
+    pub(crate) fn put_latencies(&self, open: &Reading, closed: &Reading) -> Vec<Duration> {
+        let all = self.counters.put_latencies.lock().expect("latency lock");
+        let end = closed.puts_answered.min(all.len());
+        let mut window = all[open.puts_answered.min(end)..end].to_vec();
+        window.sort_unstable();
+        window
     }
 }
 
@@ -178,8 +203,9 @@ async fn forward(
     authority: hyper::http::uri::Authority,
     request: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, hyper::Error> {
-    counters.requests[kind(request.method(), request.uri()) as usize]
-        .fetch_add(1, Ordering::Relaxed);
+    let kind = kind(request.method(), request.uri());
+    counters.requests[kind as usize].fetch_add(1, Ordering::Relaxed);
+    let received = Instant::now();
     let (mut parts, body) = request.into_parts();
     let path = parts
         .uri
@@ -196,6 +222,14 @@ async fn forward(
     let request = Request::from_parts(parts, counted(body, counters.bytes_up.clone()));
     match client.request(request).await {
         Ok(response) => {
+            if kind == Kind::Put {
+                let latency = received.elapsed();
+                counters
+                    .put_latencies
+                    .lock()
+                    .expect("latency lock")
+                    .push(latency);
+            }
             let (parts, body) = response.into_parts();
             Ok(Response::from_parts(
                 parts,
@@ -273,6 +307,13 @@ mod tests {
         assert_eq!(seen.bytes_up, 10);
         // Five answers of five bytes (the DELETE's answer is counted as it streams through).
         assert_eq!(seen.bytes_down, 25);
+        let after = proxy.reading();
+        assert_eq!(
+            proxy.put_latencies(&before, &after).len(),
+            1,
+            "the one PUT's latency is recorded"
+        );
+        assert!(proxy.put_latencies(&after, &after).is_empty());
     }
 
     #[tokio::test]

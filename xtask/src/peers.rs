@@ -6,9 +6,12 @@
 //! by default), then Quire's bucket store in-process and a real `quire serve` over HTTP
 //! (server/benches/peers.rs). Every run reaches the bucket through one counting proxy, so
 //! bucket requests and bytes are counted the same way for both; each bench marks its
-//! measured window on stdout and the proxy's counters are read at the two marks.
+//! measured window on stdout and the proxy's counters are read at the two marks. The proxy
+//! also times each PUT to the bucket's answer, so the table shows how much of a write's
+//! latency is the bucket's own round trip.
 
 use std::process::Stdio;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -67,6 +70,8 @@ struct Row {
     p99_us: u64,
     p999_us: u64,
     bucket: Reading,
+    /// The bucket's PUT latencies in the window, sorted.
+    puts: Vec<Duration>,
 }
 
 pub(crate) async fn run(args: &[String]) -> Result<()> {
@@ -244,6 +249,7 @@ async fn one_run(
         p99_us: figure("p99_us")? as u64,
         p999_us: figure("p999_us")? as u64,
         bucket: closed.since(&open),
+        puts: proxy.put_latencies(&open, &closed),
     })
 }
 
@@ -251,14 +257,23 @@ fn ms(us: u64) -> String {
     format!("{:.1}", us as f64 / 1000.0)
 }
 
+/// The `q` quantile of sorted latencies, in ms (`-` when there are none).
+fn quantile_ms(sorted: &[Duration], q: f64) -> String {
+    if sorted.is_empty() {
+        return "-".into();
+    }
+    let at = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    format!("{:.1}", sorted[at].as_secs_f64() * 1000.0)
+}
+
 fn print_table(args: &PeersArgs, rows: &[Row]) {
     println!();
     println!(
-        "peers: {} closed-loop writers, unique keys, {}-byte values, acknowledged when durable in the bucket, {} s each (latency from when the writer was ready to send; bucket requests counted by a proxy over the measured window)",
+        "peers: {} closed-loop writers, unique keys, {}-byte values, acknowledged when durable in the bucket, {} s each (latency from when the writer was ready to send; bucket requests counted by a proxy over the measured window; PUT p50/p99: the bucket's answer time to each PUT through the proxy, ms)",
         args.writers, args.value_bytes, args.seconds
     );
     println!(
-        "| {:<28} | {:>8} | {:>7} | {:>7} | {:>8} | {:>9} | {:>23} | {:>8} | {:>10} | {:>6} |",
+        "| {:<28} | {:>8} | {:>7} | {:>7} | {:>8} | {:>9} | {:>23} | {:>8} | {:>10} | {:>11} | {:>6} |",
         "run",
         "writes/s",
         "p50 ms",
@@ -268,11 +283,12 @@ fn print_table(args: &PeersArgs, rows: &[Row]) {
         "PUT/GET/LIST/other",
         "B up/w",
         "B down/w",
+        "PUT p50/p99",
         "failed"
     );
     println!(
-        "|{:-<30}|{:->10}|{:->9}|{:->9}|{:->10}|{:->11}|{:->25}|{:->10}|{:->12}|{:->8}|",
-        "", "", "", "", "", "", "", "", "", ""
+        "|{:-<30}|{:->10}|{:->9}|{:->9}|{:->10}|{:->11}|{:->25}|{:->10}|{:->12}|{:->13}|{:->8}|",
+        "", "", "", "", "", "", "", "", "", "", ""
     );
     for row in rows {
         let writes = row.writes.max(1) as f64;
@@ -285,7 +301,7 @@ fn print_table(args: &PeersArgs, rows: &[Row]) {
             per(row.bucket.requests(Kind::Other)),
         );
         println!(
-            "| {:<28} | {:>8.0} | {:>7} | {:>7} | {:>8} | {:>9.3} | {:>23} | {:>8.0} | {:>10.0} | {:>6} |",
+            "| {:<28} | {:>8.0} | {:>7} | {:>7} | {:>8} | {:>9.3} | {:>23} | {:>8.0} | {:>10.0} | {:>11} | {:>6} |",
             row.label,
             row.writes as f64 / row.seconds,
             ms(row.p50_us),
@@ -295,6 +311,11 @@ fn print_table(args: &PeersArgs, rows: &[Row]) {
             split,
             per(row.bucket.bytes_up),
             per(row.bucket.bytes_down),
+            format!(
+                "{}/{}",
+                quantile_ms(&row.puts, 0.5),
+                quantile_ms(&row.puts, 0.99)
+            ),
             row.failed,
         );
     }
