@@ -770,6 +770,13 @@ fn start_feed(
 }
 
 /// Waits for the next state the committer installs; never, without a committer.
+/// How long the compactor lets its committer's new slots gather before applying them. Applied
+/// a slot after every commit, the work lands on the moment each commit answers its writers,
+/// who then come back for the next slot on the same cores; applied a few commits at a time
+/// (yielding between slots), it mostly does not, and the change marks of several slots go
+/// into the tracker in one sorted pass. The ring holds seconds of slots, far more than this.
+const RECENT_GATHER: Duration = Duration::from_millis(20);
+
 async fn learned_changed(
     learned: &mut Option<watch::Receiver<WorldState>>,
 ) -> std::result::Result<(), watch::error::RecvError> {
@@ -844,12 +851,18 @@ async fn compact(
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep_until(wake) => break,
                 // The slots the committer learns of are taken from its ring as they come, so
-                // the ring need only hold what arrives during one step.
+                // the ring need only hold what arrives during one step: those of
+                // `RECENT_GATHER` at a time.
                 changed = learned_changed(&mut learned) => {
                     if changed.is_err() {
                         return;
                     }
-                    if let Err(e) = replica.apply_recent() {
+                    tokio::select! {
+                        biased;
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(RECENT_GATHER) => {}
+                    }
+                    if let Err(e) = replica.apply_recent().await {
                         tracing::warn!(error = %e, "applying recent slots failed");
                     }
                 }

@@ -223,7 +223,7 @@ async fn run(args: Args) {
                     |slot| recent.publish(&slot),
                 )
                 .await;
-            writer_replica.apply_recent().unwrap();
+            writer_replica.apply_recent().await.unwrap();
             left -= chunk;
         }
         tokio::time::sleep_until(end).await;

@@ -430,7 +430,7 @@ impl Replica {
     /// (it never held it, or lost it to its bound) the bucket is read as without a ring,
     /// each listed slot the ring holds taken from it. Returns how many slots were applied.
     pub async fn catch_up(&mut self) -> Result<usize> {
-        let from_memory = self.apply_recent()?;
+        let from_memory = self.apply_recent().await?;
         let known = self.recent.as_ref().and_then(|r| r.newest());
         if known.is_some_and(|newest| newest <= self.state.sequence()) {
             return Ok(from_memory);
@@ -441,13 +441,15 @@ impl Replica {
     /// [`Replica::catch_up`] to the bucket's tip whatever the ring knows: a peer's
     /// checkpoint may be ahead of what this store has seen.
     async fn catch_up_tip(&mut self) -> Result<usize> {
-        let from_memory = self.apply_recent()?;
+        let from_memory = self.apply_recent().await?;
         Ok(from_memory + self.catch_up_bucket().await?)
     }
 
     /// Applies the ring's slots that follow the state, in order, without reading anything.
-    /// Returns how many applied.
-    pub fn apply_recent(&mut self) -> Result<usize> {
+    /// Returns how many applied. It yields to the runtime after each slot: a store's
+    /// compactor shares the runtime with the writers its committer answers, and one slot's
+    /// apply is a fraction of a millisecond they need not wait behind.
+    pub async fn apply_recent(&mut self) -> Result<usize> {
         let Some(recent) = self.recent.clone() else {
             return Ok(0);
         };
@@ -460,6 +462,7 @@ impl Replica {
         while let Some(slot) = recent.slot(replica.state.sequence() + 1) {
             replica.apply_collecting(&slot, pending)?;
             applied += 1;
+            tokio::task::yield_now().await;
         }
         Ok(applied)
     }
