@@ -67,6 +67,7 @@ enum Task {
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Bench {
     Commit,
+    State,
     Coldstart,
     Search,
     Cost,
@@ -80,6 +81,7 @@ enum Bench {
 /// The benchmarks: (name, package, bench target).
 const BENCHES: &[(Bench, &str, &str)] = &[
     (Bench::Commit, "quire-log", "commit"),
+    (Bench::State, "quire-log", "state"),
     (Bench::Coldstart, "quire-checkpoint", "coldstart"),
     (Bench::Search, "quire-backend", "search"),
     (Bench::Cost, "quire-checkpoint", "cost"),
