@@ -769,7 +769,6 @@ fn start_feed(
     });
 }
 
-/// Waits for the next state the committer installs; never, without a committer.
 /// How long the compactor lets its committer's new slots gather before applying them. Applied
 /// a slot after every commit, the work lands on the moment each commit answers its writers,
 /// who then come back for the next slot on the same cores; applied a few commits at a time
@@ -777,6 +776,7 @@ fn start_feed(
 /// into the tracker in one sorted pass. The ring holds seconds of slots, far more than this.
 const RECENT_GATHER: Duration = Duration::from_millis(20);
 
+/// Waits for the next state the committer installs; never, without a committer.
 async fn learned_changed(
     learned: &mut Option<watch::Receiver<WorldState>>,
 ) -> std::result::Result<(), watch::error::RecvError> {

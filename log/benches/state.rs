@@ -26,7 +26,7 @@ fn world() -> (WorldState, EncodedSlot) {
     };
     for n in 0..PER_DIRECTORY {
         commit(&mut state, &slot_of(n), true, &mut bases);
-        // Only the slot's own versions are ever read back (there are no appends).
+        // Only appends read earlier versions' bytes, and there are none.
         bases.clear();
     }
     let mut next = state.clone();

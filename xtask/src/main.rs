@@ -5,7 +5,7 @@
 //!   against them, then the conformance table.
 //! - `conformance`: the conformance suites over every driver, printed as one table.
 //! - `servers`: starts the local servers and prints the environment tests read, until Ctrl-C.
-//! - `bench`: the benchmarks (`commit`, `coldstart`, `search`, `cost`, `flood`, `writes`,
+//! - `bench`: the benchmarks (`commit`, `state`, `coldstart`, `search`, `cost`, `flood`, `writes`,
 //!   `replicas`, or `all`), in the release profile. `replicas` runs on the local S3 server,
 //!   started for it unless the environment already names one.
 //! - `bench peers`: Quire's commit path (in-process and over HTTP) against a pinned SlateDB
