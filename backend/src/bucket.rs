@@ -817,7 +817,7 @@ fn start_compactor(
     }
 }
 
-/// The compactor's loop: wait (taking the committer's recent slots as they come), replay
+/// The compactor's loop: wait (taking the committer's recent slots a gather at a time), replay
 /// what the log gained, step; until stopped. A step cut short by the stop costs only what it
 /// wrote (an unfinished checkpoint is never named).
 /// After a checkpoint is written or adopted, the committer sheds what it holds.
