@@ -32,7 +32,7 @@ fn joined(parts: &[&[u8]]) -> Vec<u8> {
 
 async fn world_objects() {
     let store = common::memory();
-    let mut writer = common::Writer::create(store.clone(), DEFAULT_WIDTHS).await;
+    let mut writer = common::new_world(store.clone(), DEFAULT_WIDTHS).await;
     let tagged = common::meta(&[("tags", "a,b"), ("title", "Tagged")]);
     for round in 0..3 {
         writer
