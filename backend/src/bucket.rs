@@ -86,6 +86,7 @@ use crate::snapshot::{Freshness, LogPrecondition, Snapshot, SnapshotSource, Snap
 use crate::types::{
     ArchiveRequest, ArchiveResult, CommitCounters, Document, Prune, StoreStats, WriteRequest,
 };
+use crate::upload_pace::CommitterPace;
 use quire_log::clock::{Elapsed, TokioElapsed};
 
 /// How often a store whose change hub has watchers probes the log for peers' commits (a
@@ -796,6 +797,8 @@ fn start_compactor(
     if let Some(committer) = &committer {
         // Own slots, and peers' the committer read, reach the compactor from memory.
         replica.set_recent(committer.recent());
+        // Checkpoint uploads make way while the store's slot creates slow down.
+        replica.set_upload_pace(Arc::new(CommitterPace::new(committer.clone())));
     }
     let stop = CancellationToken::new();
     let (done_tx, done) = oneshot::channel();

@@ -14,6 +14,7 @@
 //! | [`snapshot`] | reads of a pinned snapshot of the log's world model, shared by backends |
 //! | [`search`] | body search over snapshots: the section index versions, built lazily, evicted |
 //! | [`bucket`] | the bucket store: blob + log + checkpoints + catalog over any blob store |
+//! | `upload_pace` | narrowing the bucket store's checkpoint uploads while its slot creates slow down |
 //! | [`file`](mod@file) | the file store: a directory of markdown files with `versions/` beside them |
 //!
 //! # The world model is the log's
@@ -34,6 +35,7 @@ pub mod search;
 pub mod search_shelf;
 pub mod snapshot;
 pub mod types;
+mod upload_pace;
 
 pub use changes::{ChangeEvent, ChangeHub, Resync};
 pub use contract::{

@@ -17,6 +17,7 @@
 //! | [`history`] | folding versions into absolute 256-version blocks, reading ahead what the next checkpoint folds, reading versions (blocks stored alone or by range from a pack) |
 //! | [`replica`] | cold start, applying slots, adopting a peer's checkpoint, keeping each ended history epoch's and run's documents (and reading blocks ahead once it writes checkpoints) |
 //! | [`write`](mod@write) | writing a checkpoint from a prepared state: the tiers (a run written once, named unchanged after), packing ended epochs, placing every block |
+//! | [`pace`] | how many of a checkpoint's uploads run at once, as the store's commits allow |
 //! | [`compactor`] | when to write, deferring to a peer, adopting first |
 //! | [`drop`](mod@drop) | dropping old checkpoints under the generation fence |
 //! | [`export`] | every document and version of a world |
@@ -34,6 +35,7 @@ pub mod genesis;
 pub mod history;
 pub mod keys;
 pub mod objects;
+pub mod pace;
 pub mod replica;
 mod strict;
 pub mod write;
@@ -42,5 +44,6 @@ pub use compactor::{CompactionPolicy, Compactor, Step};
 pub use digest::state_digest;
 pub use error::{Error, ErrorKind, Op, Result};
 pub use objects::{Fence, Put};
+pub use pace::UploadPace;
 pub use replica::{Base, OpenOptions, Replica};
 pub use write::{CheckpointJob, WriteStats, Written};

@@ -32,6 +32,7 @@ use crate::format::{
 use crate::history::{BlockCache, ReadAhead, fold, read_block_bytes};
 use crate::keys::{checkpoint_key, history_key, pack_key, root_key, shard_key};
 use crate::objects::{Fence, Put, put, put_addressed, settle};
+use crate::pace::{UploadPace, run_paced};
 use crate::replica::{Base, Replica, Tracker, read_shards};
 
 /// Counts of what a checkpoint write did.
@@ -98,6 +99,8 @@ pub struct CheckpointJob {
     read_ahead: Arc<ReadAhead>,
     fence: Fence,
     workers: usize,
+    /// How wide the uploads may run, when the store paces them.
+    pace: Option<Arc<dyn UploadPace>>,
     cap: Duration,
 }
 
@@ -121,6 +124,7 @@ impl Replica {
             read_ahead: self.read_ahead.clone(),
             fence: Fence::new(now, freshen_after).settling(self.settle),
             workers: self.workers,
+            pace: self.pace.clone(),
             cap: RUN_CAP,
         }
     }
@@ -736,16 +740,14 @@ impl CheckpointJob {
             .into_iter()
             .map(|(hash, bytes)| (shard_key(prefix, &hash), bytes));
         for objects in [keyed_blocks.collect::<Vec<_>>(), keyed_shards.collect()] {
-            let outcomes: Vec<(Put, usize)> = futures::stream::iter(objects)
-                .map(|(key, bytes)| async move {
-                    let len = bytes.len();
-                    put_addressed(store, &key, bytes, fence, op)
-                        .await
-                        .map(|p| (p, len))
-                })
-                .buffer_unordered(workers)
-                .try_collect()
-                .await?;
+            let uploads = objects.into_iter().map(|(key, bytes)| async move {
+                let len = bytes.len();
+                put_addressed(store, &key, bytes, fence, op)
+                    .await
+                    .map(|p| (p, len))
+            });
+            let outcomes: Vec<(Put, usize)> =
+                run_paced(uploads, workers, self.pace.as_deref()).await?;
             for (outcome, len) in outcomes {
                 stats.count(outcome, len);
             }

@@ -30,6 +30,7 @@ use crate::format::{Checkpoint, Root};
 use crate::history::ReadAhead;
 use crate::keys::{checkpoint_key, checkpoint_prefix};
 use crate::objects::{get_retrying, retrying};
+use crate::pace::UploadPace;
 
 mod adopt;
 mod load;
@@ -107,6 +108,8 @@ pub struct Replica {
     skipped: Vec<u64>,
     /// Slots the store created or read, taken before the bucket (see [`Replica::catch_up`]).
     recent: Option<Arc<RecentSlots>>,
+    /// How wide a checkpoint's uploads may run (see [`Replica::set_upload_pace`]).
+    pub(crate) pace: Option<Arc<dyn UploadPace>>,
     /// Whether this replica reads ahead the history blocks of each epoch as it ends: only
     /// while it wrote the newest checkpoint it knows (a store deferring to a peer's
     /// checkpoints would read them for nothing).
@@ -279,6 +282,7 @@ impl Replica {
             pending_since: None,
             skipped: Vec::new(),
             recent: None,
+            pace: None,
             reads_ahead: false,
             may_read_ahead: options.read_history_ahead,
             read_ahead: Arc::default(),
@@ -420,6 +424,12 @@ impl Replica {
     /// reading the bucket: see [`Replica::catch_up`].
     pub fn set_recent(&mut self, recent: Arc<RecentSlots>) {
         self.recent = Some(recent);
+    }
+
+    /// Lets `pace` set how many of a checkpoint's uploads run at once (at most the
+    /// replica's workers): a store's committer slows them while its creates slow down.
+    pub fn set_upload_pace(&mut self, pace: Arc<dyn UploadPace>) {
+        self.pace = Some(pace);
     }
 
     /// Brings the state to the log's tip as far as the store knows it. Without a ring of

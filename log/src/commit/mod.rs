@@ -582,6 +582,17 @@ impl Committer {
         self.shared.stats().clone()
     }
 
+    /// The moving average of this store's slot-create latency; `None` until a create was
+    /// timed. Other work on the same bucket (a checkpoint's uploads) watches it to keep out
+    /// of the commits' way.
+    pub fn create_latency(&self) -> Option<Duration> {
+        self.shared
+            .latencies
+            .lock()
+            .expect("latency lock poisoned")
+            .create
+    }
+
     /// The counters without the per-batch list: cheap to take at every metrics scrape.
     pub fn counters(&self) -> CommitStats {
         let stats = self.shared.stats();
