@@ -14,6 +14,7 @@
 //! | [`snapshot`] | reads of a pinned snapshot of the log's world model, shared by backends |
 //! | [`search`] | body search over snapshots: the section index versions, built lazily, evicted |
 //! | [`bucket`] | the bucket store: blob + log + checkpoints + catalog over any blob store |
+//! | `compaction` | the bucket store's compactor task: replica, checkpoints, shedding |
 //! | `upload_pace` | narrowing the bucket store's checkpoint uploads while its slot creates slow down |
 //! | [`file`](mod@file) | the file store: a directory of markdown files with `versions/` beside them |
 //!
@@ -27,6 +28,7 @@
 
 pub mod bucket;
 pub mod changes;
+mod compaction;
 pub mod contract;
 mod ctx;
 mod error;
