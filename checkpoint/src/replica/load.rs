@@ -100,24 +100,49 @@ pub(crate) async fn read_shards(
             let bits = root.tiers[tier].bits;
             let schema = root.shard_schema();
             tokio::spawn(async move {
-                let bytes = read_verified(&*store, &key, &hash, op).await?;
-                let docs = decode_shard(&key, &bytes, schema, bits, index, sequence)?;
-                Ok::<_, Error>((tier, docs))
+                let docs = read_shard(&*store, &key, &hash, schema, bits, index, sequence, op);
+                Ok::<_, Error>((tier, docs.await?))
             })
         })
         .buffer_unordered(workers.max(1))
-        .map(|joined| {
-            joined.map_err(|e| {
-                Error::new(
-                    op,
-                    "",
-                    ErrorKind::Storage,
-                    format!("shard reader failed: {e}"),
-                )
-            })?
-        })
+        .map(|joined| reader_joined(joined, op))
         .try_collect()
         .await
+}
+
+/// Reads shard `index` (under `bits`, in `schema`) from `key`, verified against `hash`, and
+/// decodes its documents as of `sequence`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one shard's coordinates, all needed"
+)]
+async fn read_shard(
+    store: &dyn BlobStore,
+    key: &str,
+    hash: &Hash,
+    schema: u32,
+    bits: u8,
+    index: u32,
+    sequence: u64,
+    op: Op,
+) -> Result<Vec<(DocState, u64)>> {
+    let bytes = read_verified(store, key, hash, op).await?;
+    decode_shard(key, &bytes, schema, bits, index, sequence)
+}
+
+/// The result of a shard-reading task, a task that failed to finish being a storage error.
+fn reader_joined<T>(
+    joined: std::result::Result<Result<T>, tokio::task::JoinError>,
+    op: Op,
+) -> Result<T> {
+    joined.map_err(|e| {
+        Error::new(
+            op,
+            "",
+            ErrorKind::Storage,
+            format!("shard reader failed: {e}"),
+        )
+    })?
 }
 
 /// The cut of the history-epoch grid point at or before a schema-1 base: the end of the
@@ -212,9 +237,10 @@ pub(super) async fn load_groups(
                         let skey = shard_key(&prefix, hash);
                         let (hash, bits, schema) = (*hash, tier.bits, root.shard_schema());
                         reads.push(async move {
-                            let bytes = read_verified(&*store, &skey, &hash, op).await?;
-                            let docs = decode_shard(&skey, &bytes, schema, bits, index, sequence)?;
-                            Ok::<_, Error>((j, docs))
+                            let docs = read_shard(
+                                &*store, &skey, &hash, schema, bits, index, sequence, op,
+                            );
+                            Ok::<_, Error>((j, docs.await?))
                         });
                     }
                 }
@@ -224,16 +250,7 @@ pub(super) async fn load_groups(
             })
         })
         .buffer_unordered(workers.max(1))
-        .map(|joined| {
-            joined.map_err(|e| {
-                Error::new(
-                    op,
-                    "",
-                    ErrorKind::Storage,
-                    format!("shard reader failed: {e}"),
-                )
-            })?
-        })
+        .map(|joined| reader_joined(joined, op))
         .try_collect()
         .await?;
     let mut counts = vec![0u64; root.tiers.len()];
